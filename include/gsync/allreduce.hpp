@@ -1,0 +1,101 @@
+#pragma once
+/// \file
+/// `gsync::allreduce`: every rank contributes a buffer; every rank receives the element-wise
+/// reduction over all ranks.
+///
+/// \code
+///   auto comm = gsync::tcp_communicator::from_env();
+///   gsync::allreduce(comm, std::span<float>{grad}, gsync::op::avg{});                 // in place
+///   gsync::allreduce(comm, std::span<const float>{in}, std::span<float>{out}, gsync::op::sum{});
+///   gsync::allreduce<gsync::algo::ring>(comm, std::span<double>{w}, gsync::op::max{});
+/// \endcode
+///
+/// The call path, top to bottom: this file checks arguments and numbers the operation;
+/// algo/select.hpp turns runtime facts into an algorithm type; the algorithm (algo/ring.hpp) runs
+/// its schedule over primitives (core/primitives.hpp), which move bytes through the transport
+/// (transport/tcp.hpp, transport/inproc.hpp).
+///
+/// Memory: no allocation proportional to the message. Out of place, the input is only read. The
+/// only scratch is the transport's fixed staging buffer (256 KiB per TCP communicator, none in-process).
+
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "gsync/algo/select.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/core/primitives.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+/// Wire tag of allreduce messages.
+inline constexpr std::uint32_t tag_allreduce = 1;
+
+/// Name of an operator for logs: its `name` member if any, else "user".
+template <class Op>
+constexpr std::string_view op_name() {
+  if constexpr (requires { Op::name; }) return Op::name;
+  else return "user";
+}
+
+template <class Algo, class X, class T, class Op>
+void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
+  const std::size_t seg = std::max<std::size_t>(1, comm.segment_bytes() / sizeof(T));
+  host_primitives<T, Op, X> p(comm.transport(), id, in, out, count, seg, op, comm.make_deadline());
+  Algo::allreduce(p);
+}
+
+template <class Algo, class X, class T, class Op>
+void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
+  const message_id id{tag_allreduce, comm.next_seq()};
+  if (count == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo);
+    if (comm.log().enabled(log_level::info)) {
+      std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
+                          std::string(op_name<Op>()) + ")";
+      if (comm.first_time(shape)) {
+        algo::visit(ch.id, [&](auto a) { shape += " -> " + std::string(decltype(a)::name) + ": " + ch.reason; });
+        comm.log().info(shape);
+      }
+    }
+    algo::visit(ch.id, [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
+  } else {
+    run_allreduce<Algo>(comm, id, in, out, count, op);
+  }
+}
+
+}  // namespace detail
+
+/// Out-of-place allreduce: out[i] = op over ranks of in[i]. `in` and `out` have the same size on
+/// every rank; they may be the same buffer but must not partially overlap.
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::ring`).
+/// \tparam X transport of the communicator. \tparam T element type. \tparam Op reduction operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
+  if (in.size() != out.size())
+    throw error(errc::invalid_argument, "allreduce: input has " + std::to_string(in.size()) + " elements but output has " +
+                                            std::to_string(out.size()));
+  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
+  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
+  const std::size_t nb = in.size_bytes();
+  if (ib != ob && nb != 0 && ib < ob + nb && ob < ib + nb)
+    throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
+  detail::allreduce_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
+}
+
+/// In-place allreduce: data[i] = op over ranks of data[i].
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void allreduce(communicator<X>& comm, std::span<T> data, Op op = {}) {
+  detail::allreduce_impl<Algo>(comm, data.data(), data.data(), data.size(), op);
+}
+
+}  // namespace gsync

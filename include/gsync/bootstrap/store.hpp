@@ -1,0 +1,410 @@
+#pragma once
+/// \file
+/// The rendezvous key-value store: a small TCP server run by rank 0, and the client every rank uses
+/// to publish and look up addresses.
+///
+/// Operations: set(key, value); get(key) (waits until the key exists); add(key, delta) (atomic
+/// counter, returns the new value); wait(keys) (until all exist); check(key). Every blocking call
+/// has a deadline, enforced by the server (it answers "timeout") and by the client (which gives up
+/// if no answer comes).
+///
+/// Wire protocol, all integers little-endian host order:
+///   request  = u32 length | u8 command | body        reply = u32 length | u8 status | body
+///   string   = u32 length | bytes
+///   set:  string key, string value          -> ok
+///   get:  u32 timeout_ms, string key        -> ok string value | timeout
+///   add:  string key, i64 delta             -> ok i64 value
+///   wait: u32 timeout_ms, u32 n, n x string -> ok | timeout
+///   check: string key                       -> ok u8 exists
+/// The server accepts at most 16 MiB per request; a client that sends anything malformed is
+/// disconnected and logged, other clients carry on.
+
+#include <poll.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+#include "gsync/detail/socket.hpp"
+
+namespace gsync::bootstrap {
+
+namespace store_proto {
+enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5 };
+enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2 };
+inline constexpr std::uint32_t max_frame = 16u << 20;
+
+/// Appends a fixed-size integer.
+template <class I> void put(std::string& b, I v) { b.append(reinterpret_cast<const char*>(&v), sizeof v); }
+/// Appends a length-prefixed string.
+inline void put_str(std::string& b, std::string_view s) {
+  put<std::uint32_t>(b, static_cast<std::uint32_t>(s.size()));
+  b.append(s.data(), s.size());
+}
+/// Bounds-checked reader over a received frame body.
+struct reader {
+  const char* p;
+  std::size_t n;
+  template <class I> bool get(I& v) {
+    if (n < sizeof v) return false;
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    n -= sizeof v;
+    return true;
+  }
+  bool get_str(std::string& s) {
+    std::uint32_t len = 0;
+    if (!get(len) || len > n) return false;
+    s.assign(p, len);
+    p += len;
+    n -= len;
+    return true;
+  }
+};
+}  // namespace store_proto
+
+/// The store server. Runs a poll loop on its own thread from construction to destruction.
+class store_server {
+ public:
+  /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`).
+  store_server(const std::string& bind_addr, std::uint16_t port, logger log = {})
+      : acc_(io_), log_(log) {
+    asio::error_code ec;
+    auto addr = asio::ip::make_address(bind_addr, ec);
+    if (ec) throw error(errc::invalid_argument, "store: bad bind address '" + bind_addr + "'");
+    asio::ip::tcp::endpoint ep(addr, port);
+    acc_.open(ep.protocol(), ec);
+    if (!ec) acc_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acc_.bind(ep, ec);
+    if (!ec) acc_.listen(1024, ec);
+    if (ec)
+      throw error(errc::system, "store: cannot listen on " + bind_addr + ":" + std::to_string(port) + ": " + ec.message() +
+                                    (ec == asio::error::address_in_use ? " (another job on this port? set GSYNC_MASTER_PORT)" : ""));
+    acc_.non_blocking(true);
+    if (::pipe(wake_) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
+    thread_ = std::thread([this] { run(); });
+  }
+  store_server(const store_server&) = delete;
+  store_server& operator=(const store_server&) = delete;
+  ~store_server() {
+    stop_ = true;
+    char c = 0;
+    [[maybe_unused]] auto r = ::write(wake_[1], &c, 1);
+    if (thread_.joinable()) thread_.join();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  /// The port the server listens on.
+  std::uint16_t port() const { return acc_.local_endpoint().port(); }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct client {
+    asio::ip::tcp::socket s;
+    std::string in, out;
+    bool dead = false;
+  };
+  struct parked {
+    client* c;
+    std::uint8_t cmd;
+    std::vector<std::string> keys;
+    clock::time_point dl;
+  };
+
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> fds;
+      fds.push_back({wake_[0], POLLIN, 0});
+      fds.push_back({acc_.native_handle(), POLLIN, 0});
+      for (auto& c : clients_) fds.push_back({c->s.native_handle(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
+      int timeout = -1;
+      auto now = clock::now();
+      for (auto& p : parked_) {
+        int ms = static_cast<int>(std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(p.dl - now).count() + 1));
+        timeout = timeout < 0 ? ms : std::min(timeout, ms);
+      }
+      int r = ::poll(fds.data(), fds.size(), timeout);
+      if (r < 0 && errno != EINTR) break;
+      if (stop_) break;
+      if (fds[1].revents & POLLIN) accept_all();
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        client& c = *clients_[i - 2];
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(c);
+        if (!c.dead && !c.out.empty() && (fds[i].revents & POLLOUT)) flush(c);
+      }
+      expire_parked();
+      reap();
+    }
+  }
+  void accept_all() {
+    for (;;) {
+      auto c = std::make_unique<client>(client{asio::ip::tcp::socket(io_), {}, {}, false});
+      asio::error_code ec;
+      acc_.accept(c->s, ec);
+      if (ec) return;
+      detail::set_nonblocking(c->s.native_handle());
+      asio::error_code ig;
+      c->s.set_option(asio::ip::tcp::no_delay(true), ig);
+      clients_.push_back(std::move(c));
+    }
+  }
+  void read_from(client& c) {
+    char buf[65536];
+    for (;;) {
+      ssize_t r = ::recv(c.s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
+      if (r > 0) {
+        c.in.append(buf, static_cast<std::size_t>(r));
+        if (c.in.size() > store_proto::max_frame + 8) return drop(c, "oversized request");
+        continue;
+      }
+      if (r == 0) { c.dead = true; break; }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
+      break;
+    }
+    while (!c.dead && c.in.size() >= 4) {
+      std::uint32_t len;
+      std::memcpy(&len, c.in.data(), 4);
+      if (len == 0 || len > store_proto::max_frame) return drop(c, "bad request length " + std::to_string(len));
+      if (c.in.size() < 4 + std::size_t{len}) break;
+      std::string frame = c.in.substr(4, len);
+      c.in.erase(0, 4 + std::size_t{len});
+      handle(c, frame);
+    }
+    if (!c.out.empty()) flush(c);
+  }
+  void drop(client& c, const std::string& why) {
+    log_.warn("store: dropping client connection: " + why);
+    c.dead = true;
+  }
+  void reply(client& c, std::uint8_t st, const std::string& body = {}) {
+    store_proto::put<std::uint32_t>(c.out, static_cast<std::uint32_t>(1 + body.size()));
+    c.out.push_back(static_cast<char>(st));
+    c.out += body;
+  }
+  bool ready(const parked& p) const {
+    for (auto& k : p.keys)
+      if (!kv_.count(k)) return false;
+    return true;
+  }
+  void answer(const parked& p) {
+    if (p.cmd == store_proto::cmd_get) {
+      std::string b;
+      store_proto::put_str(b, kv_.at(p.keys[0]));
+      reply(*p.c, store_proto::st_ok, b);
+    } else {
+      reply(*p.c, store_proto::st_ok);
+    }
+  }
+  void handle(client& c, const std::string& frame) {
+    using namespace store_proto;
+    reader rd{frame.data() + 1, frame.size() - 1};
+    const std::uint8_t cmd = static_cast<std::uint8_t>(frame[0]);
+    switch (cmd) {
+      case cmd_set: {
+        std::string k, v;
+        if (!rd.get_str(k) || !rd.get_str(v) || rd.n) return drop(c, "malformed set");
+        kv_[k] = std::move(v);
+        reply(c, st_ok);
+        wake_parked();
+        return;
+      }
+      case cmd_get: case cmd_wait: {
+        std::uint32_t ms = 0, n = 1;
+        parked p{&c, cmd, {}, {}};
+        if (!rd.get(ms)) return drop(c, "malformed get/wait");
+        if (cmd == cmd_wait && (!rd.get(n) || n > 65536)) return drop(c, "malformed wait");
+        for (std::uint32_t i = 0; i < n; ++i) {
+          std::string k;
+          if (!rd.get_str(k)) return drop(c, "malformed key");
+          p.keys.push_back(std::move(k));
+        }
+        if (rd.n) return drop(c, "trailing bytes");
+        p.dl = clock::now() + std::chrono::milliseconds(ms);
+        if (ready(p)) answer(p);
+        else parked_.push_back(std::move(p));
+        return;
+      }
+      case cmd_add: {
+        std::string k;
+        std::int64_t d = 0;
+        if (!rd.get_str(k) || !rd.get(d) || rd.n) return drop(c, "malformed add");
+        std::int64_t v = 0;
+        if (auto it = kv_.find(k); it != kv_.end()) {
+          try { v = std::stoll(it->second); } catch (...) { v = 0; }
+        }
+        v += d;
+        kv_[k] = std::to_string(v);
+        std::string b;
+        put<std::int64_t>(b, v);
+        reply(c, st_ok, b);
+        wake_parked();
+        return;
+      }
+      case cmd_check: {
+        std::string k;
+        if (!rd.get_str(k) || rd.n) return drop(c, "malformed check");
+        std::string b(1, kv_.count(k) ? '\1' : '\0');
+        reply(c, st_ok, b);
+        return;
+      }
+      default: return drop(c, "unknown command " + std::to_string(cmd));
+    }
+  }
+  void wake_parked() {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (!it->c->dead && ready(*it)) {
+        answer(*it);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void expire_parked() {
+    auto now = clock::now();
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (now >= it->dl) {
+        if (!it->c->dead) reply(*it->c, store_proto::st_timeout);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& c : clients_)
+      if (!c->dead && !c->out.empty()) flush(*c);
+  }
+  void flush(client& c) {
+    while (!c.out.empty()) {
+      ssize_t w = ::send(c.s.native_handle(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) { c.out.erase(0, static_cast<std::size_t>(w)); continue; }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      c.dead = true;
+      return;
+    }
+  }
+  void reap() {
+    std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
+    std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
+  }
+
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acc_;
+  logger log_;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<client>> clients_;
+  std::vector<parked> parked_;
+  std::map<std::string, std::string> kv_;
+  std::thread thread_;
+};
+
+/// A connection to the store. Calls are serialized by a mutex, so one client may be shared by threads.
+class store_client {
+ public:
+  /// Connects to host:port, retrying until `dl` (the server may start later than this rank).
+  store_client(const std::string& host, std::uint16_t port, deadline dl) : s_(io_) {
+    auto addr = detail::resolve_host(io_, host);
+    s_ = detail::connect_retry(io_, asio::ip::tcp::endpoint(addr, port), dl, "the gsync store (rank 0)");
+    asio::error_code ig;
+    s_.set_option(asio::ip::tcp::no_delay(true), ig);
+    what_ = "the gsync store at " + host + ":" + std::to_string(port);
+  }
+
+  /// Sets key to value.
+  void set(const std::string& key, const std::string& value, deadline dl) {
+    std::string b;
+    store_proto::put_str(b, key);
+    store_proto::put_str(b, value);
+    call(store_proto::cmd_set, b, dl);
+  }
+  /// The value of key, waiting until some rank sets it; throws timeout at dl.
+  std::string get(const std::string& key, deadline dl) {
+    std::string b;
+    store_proto::put<std::uint32_t>(b, server_ms(dl));
+    store_proto::put_str(b, key);
+    auto r = call(store_proto::cmd_get, b, dl, "waiting for key '" + key + "'");
+    store_proto::reader rd{r.data(), r.size()};
+    std::string v;
+    if (!rd.get_str(v)) throw error(errc::mismatch, "malformed reply from " + what_);
+    return v;
+  }
+  /// Atomically adds delta to the integer at key (missing = 0); returns the new value.
+  std::int64_t add(const std::string& key, std::int64_t delta, deadline dl) {
+    std::string b;
+    store_proto::put_str(b, key);
+    store_proto::put<std::int64_t>(b, delta);
+    auto r = call(store_proto::cmd_add, b, dl);
+    store_proto::reader rd{r.data(), r.size()};
+    std::int64_t v = 0;
+    if (!rd.get(v)) throw error(errc::mismatch, "malformed reply from " + what_);
+    return v;
+  }
+  /// Waits until every key exists; throws timeout at dl.
+  void wait(const std::vector<std::string>& keys, deadline dl) {
+    std::string b;
+    store_proto::put<std::uint32_t>(b, server_ms(dl));
+    store_proto::put<std::uint32_t>(b, static_cast<std::uint32_t>(keys.size()));
+    for (auto& k : keys) store_proto::put_str(b, k);
+    std::string which = keys.size() == 1 ? "key '" + keys[0] + "'" : std::to_string(keys.size()) + " keys";
+    call(store_proto::cmd_wait, b, dl, "waiting for " + which);
+  }
+  /// True when key exists now.
+  bool check(const std::string& key, deadline dl) {
+    std::string b;
+    store_proto::put_str(b, key);
+    auto r = call(store_proto::cmd_check, b, dl);
+    return !r.empty() && r[0] != 0;
+  }
+
+ private:
+  static std::uint32_t server_ms(deadline dl) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(dl - std::chrono::steady_clock::now()).count();
+    return static_cast<std::uint32_t>(std::clamp<long long>(ms, 0, 0x7fffffff));
+  }
+  std::string call(std::uint8_t cmd, const std::string& body, deadline dl, const std::string& doing = "") {
+    std::lock_guard lk(m_);
+    if (broken_) throw error(errc::peer_lost, "connection to " + what_ + " is unusable after an earlier error");
+    try {
+      std::string req;
+      store_proto::put<std::uint32_t>(req, static_cast<std::uint32_t>(1 + body.size()));
+      req.push_back(static_cast<char>(cmd));
+      req += body;
+      const int fd = s_.native_handle();
+      // The server answers a timed-out wait itself; allow it a moment past the deadline to do so.
+      const deadline reply_dl = dl + std::chrono::seconds(2);
+      detail::write_all(fd, req.data(), req.size(), reply_dl, what_);
+      std::uint32_t len = 0;
+      detail::read_all(fd, &len, 4, reply_dl, what_);
+      if (len == 0 || len > store_proto::max_frame) throw error(errc::mismatch, "malformed reply from " + what_);
+      std::string r(len, '\0');
+      detail::read_all(fd, r.data(), len, reply_dl, what_);
+      if (r[0] == store_proto::st_timeout)
+        throw error(errc::timeout, "store: timed out " + (doing.empty() ? std::string("in a store call") : doing));
+      if (r[0] != store_proto::st_ok) throw error(errc::mismatch, "store rejected a request");
+      return r.substr(1);
+    } catch (const error& e) {
+      if (e.kind() != errc::timeout || std::string_view(e.what()).find("store: timed out") == std::string_view::npos) broken_ = true;
+      throw;
+    }
+  }
+
+  asio::io_context io_;
+  asio::ip::tcp::socket s_;
+  std::string what_;
+  std::mutex m_;
+  bool broken_ = false;
+};
+
+}  // namespace gsync::bootstrap

@@ -1,0 +1,31 @@
+#pragma once
+/// \file
+/// Public communicator types:
+///   gsync::tcp_communicator     ranks in processes (or hosts), connected over TCP; `from_env()`
+///   gsync::inproc_communicator  ranks as threads of one process (tests, thread-parallel codes)
+
+#include <memory>
+#include <vector>
+
+#include "gsync/core/communicator.hpp"
+#include "gsync/transport/inproc.hpp"
+#include "gsync/transport/tcp.hpp"
+
+namespace gsync {
+
+/// Communicator over the TCP transport: `auto comm = gsync::tcp_communicator::from_env();`
+using tcp_communicator = communicator<transport::tcp>;
+
+/// Communicator over the in-process transport (ranks are threads).
+using inproc_communicator = communicator<transport::inproc>;
+
+/// Makes the `n` communicators of one in-process world; hand element r to the thread of rank r.
+inline std::vector<inproc_communicator> make_inproc_world(int n, config cfg = config::from_env()) {
+  auto w = std::make_shared<transport::inproc_world>(n);
+  std::vector<inproc_communicator> v;
+  v.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) v.emplace_back(std::make_unique<transport::inproc>(w, r), cfg);
+  return v;
+}
+
+}  // namespace gsync

@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// `gsync::communicator<Transport>`: a group of ranks connected by a transport, plus the settings
+/// and state every collective needs (timeout, segment size, operation sequence number, logger).
+/// Movable, not copyable. Collectives are free functions taking a communicator (allreduce.hpp).
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "gsync/bootstrap/launch_env.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/config.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+
+namespace gsync {
+
+/// A group of ranks over transport `X`.
+/// \tparam X a type satisfying `gsync::transport_policy`.
+template <transport_policy X>
+class communicator {
+ public:
+  using transport_type = X;  ///< the transport policy
+
+  /// Wraps an established transport endpoint.
+  explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
+      : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank) {}
+
+  /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
+  /// transports that can bootstrap themselves, such as TCP.
+  static communicator from_env()
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
+  {
+    return join(bootstrap::launch_info::from_env(), config::from_env());
+  }
+
+  /// Joins the job described by `li` (rank, size, store address) with settings `cfg`.
+  static communicator join(const bootstrap::launch_info& li, config cfg)
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
+  {
+    auto x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
+    return communicator(std::move(x), std::move(cfg), li.local_rank);
+  }
+
+  communicator(communicator&&) noexcept = default;
+  communicator& operator=(communicator&&) noexcept = default;
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  int rank() const noexcept { return x_->rank(); }      ///< this rank, 0 <= rank < size
+  int size() const noexcept { return x_->size(); }      ///< number of ranks
+  int local_rank() const noexcept { return local_rank_; }  ///< rank among this host's processes
+
+  /// Deadline length of every blocking wait.
+  std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
+  /// Sets the deadline length of every later blocking wait (must be positive).
+  void set_timeout(std::chrono::milliseconds t) {
+    if (t.count() <= 0) throw error(errc::invalid_argument, "set_timeout: timeout must be positive");
+    cfg_.timeout = t;
+  }
+  /// Pipelining unit of segmented schedules, in bytes.
+  std::size_t segment_bytes() const noexcept { return cfg_.segment_bytes; }
+  /// Sets the pipelining unit (>= 1 byte; tiny values force many segments, which tests use).
+  void set_segment_bytes(std::size_t b) {
+    if (b == 0) throw error(errc::invalid_argument, "set_segment_bytes: must be at least 1");
+    cfg_.segment_bytes = b;
+  }
+  /// Settings in force.
+  const config& settings() const noexcept { return cfg_; }
+
+  /// The transport endpoint (for primitives and algorithms).
+  X& transport() noexcept { return *x_; }
+  /// This rank's logger.
+  const logger& log() const noexcept { return log_; }
+
+  /// Starts a new operation: its sequence number (identical on every rank that issues the same
+  /// sequence of collectives) and its deadline.
+  std::uint64_t next_seq() noexcept { return ++seq_; }
+  /// Deadline for an operation starting now.
+  deadline make_deadline() const { return std::chrono::steady_clock::now() + cfg_.timeout; }
+
+  /// True the first time a collective shape is seen (used to log algorithm choices once per shape).
+  bool first_time(const std::string& shape) { return logged_shapes_.insert(shape).second; }
+
+ private:
+  std::unique_ptr<X> x_;
+  config cfg_;
+  logger log_;
+  int local_rank_ = 0;
+  std::uint64_t seq_ = 0;
+  std::set<std::string> logged_shapes_;
+};
+
+}  // namespace gsync

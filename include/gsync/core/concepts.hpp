@@ -1,0 +1,92 @@
+#pragma once
+/// \file
+/// Every policy contract of gsync on one page.
+///
+/// gsync composes a collective at compile time from an element type, a reduction operator, an
+/// algorithm and a transport. Each is a type checked by a concept declared here; a combination that
+/// cannot work fails to compile with the concept's name in the diagnostic.
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "gsync/core/dtype.hpp"
+#include "gsync/detail/function_ref.hpp"
+
+namespace gsync {
+
+/// An element type gsync can move and reduce: float, double, int8..int64, uint8..uint64,
+/// gsync::half, gsync::bfloat16.
+template <class T>
+concept element = is_element_v<T> && std::is_trivially_copyable_v<T>;
+
+/// A reduction operator for elements of type T: a copyable function object that combines two
+/// values of `accum_t<T>` into one. Optionally `op.finalize(value, world_size)` (see `finalizing_op`).
+template <class Op, class T>
+concept reduction_op = element<T> && std::copy_constructible<Op> &&
+    requires(const Op& op, accum_t<T> a) {
+      { op(a, a) } -> std::convertible_to<accum_t<T>>;
+    };
+
+/// An operator with a last-step transform applied once to each fully reduced element (e.g. avg).
+template <class Op, class T>
+concept finalizing_op = reduction_op<Op, T> && requires(const Op& op, accum_t<T> a, int n) {
+  { op.finalize(a, n) } -> std::convertible_to<accum_t<T>>;
+};
+
+/// Identifies one message on the wire: the receiver states what it expects and the transport checks
+/// the frame it gets against it, so out-of-order or wrong-size traffic is an error, never mixed data.
+struct message_id {
+  std::uint32_t tag = 0;  ///< collective kind or user tag
+  std::uint64_t seq = 0;  ///< the communicator's operation sequence number
+};
+
+/// Absolute deadline of a blocking wait.
+using deadline = std::chrono::steady_clock::time_point;
+
+/// A transport moves bytes between ranks. It knows nothing of elements or algorithms.
+///
+/// - `post_send` queues a message and returns at once; the bytes must stay valid and unchanged until
+///   `flush_sends` returns (a transport may read them directly, e.g. zero-copy between threads).
+/// - `recv` blocks (progressing queued sends meanwhile) until the whole message is in `dst`.
+/// - `recv_stream` blocks the same way but hands the payload to `consume(piece)` in order, in pieces
+///   whose sizes are multiples of `align` bytes (the element size); this is how a reduction consumes
+///   incoming data straight from a staging buffer (or from the sender's memory) without a full copy.
+/// - `flush_sends` blocks until every queued send no longer needs its source bytes.
+/// Every blocking call throws `gsync::error` (timeout at `dl`, peer_lost, mismatch, aborted).
+/// Capabilities that only some transports have are traits (`transport_traits`), not virtual calls.
+template <class X>
+concept transport_policy = requires(X& x, int peer, message_id id, const std::byte* src, std::byte* dst,
+                             std::size_t n, deadline dl,
+                             detail::function_ref<void(std::span<const std::byte>)> consume) {
+  { x.rank() } -> std::convertible_to<int>;
+  { x.size() } -> std::convertible_to<int>;
+  { x.name() } -> std::convertible_to<std::string_view>;
+  x.post_send(peer, id, src, n);
+  x.recv(peer, id, dst, n, dl);
+  x.recv_stream(peer, id, n, n, consume, dl);
+  x.flush_sends(dl);
+};
+
+/// Compile-time capabilities of a transport. Specialize for a transport that has more.
+/// \tparam X a transport type.
+template <class X>
+struct transport_traits {
+  static constexpr bool supports_host_memory = true;     ///< can move pageable host memory
+  static constexpr bool supports_device_memory = false;  ///< can move CUDA device memory
+  static constexpr bool supports_registered_memory = false;  ///< needs/accepts RDMA-registered memory
+};
+
+/// An allreduce algorithm: a type whose static `allreduce(prims)` runs the schedule over a
+/// primitives object (send / recv / recv_reduce / recv_reduce_send / recv_copy_send, see
+/// core/primitives.hpp) and never touches sockets or raw memory.
+template <class A>
+concept algorithm = requires {
+  { A::name } -> std::convertible_to<std::string_view>;
+};
+
+}  // namespace gsync

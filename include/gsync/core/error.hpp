@@ -1,0 +1,68 @@
+#pragma once
+/// \file
+/// gsync's single exception type and its error codes.
+///
+/// Every failure that gsync reports reaches the caller as `gsync::error`, a `std::system_error` whose
+/// code belongs to `gsync::error_category()`. The code says what kind of failure it was (so programs can
+/// react: retry on timeout, tear down on peer_lost); `what()` says, in words, which rank, which peer,
+/// which operation.
+
+#include <string>
+#include <system_error>
+
+namespace gsync {
+
+/// Kinds of failure. Values are stable (they may appear in logs and exit codes).
+enum class errc : int {
+  timeout = 1,           ///< a blocking wait passed its deadline
+  peer_lost = 2,         ///< a peer closed its connection or died
+  invalid_argument = 3,  ///< the caller passed something unusable (sizes, ranks, env values)
+  mismatch = 4,          ///< ranks disagree on the operation (size, kind, sequence) or a frame is malformed
+  auth_failed = 5,       ///< a connection failed the job-key handshake
+  aborted = 6,           ///< the communicator was aborted
+  system = 7,            ///< an operating-system call failed (see the message for errno text)
+};
+
+namespace detail {
+class error_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "gsync"; }
+  std::string message(int c) const override {
+    switch (static_cast<errc>(c)) {
+      case errc::timeout: return "timeout";
+      case errc::peer_lost: return "peer lost";
+      case errc::invalid_argument: return "invalid argument";
+      case errc::mismatch: return "mismatch";
+      case errc::auth_failed: return "authentication failed";
+      case errc::aborted: return "aborted";
+      case errc::system: return "system error";
+    }
+    return "unknown gsync error";
+  }
+};
+}  // namespace detail
+
+/// The category of all `gsync::errc` codes.
+inline const std::error_category& error_category() noexcept {
+  static const detail::error_category_impl cat;
+  return cat;
+}
+
+/// Makes a `std::error_code` from a `gsync::errc`.
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+/// The exception gsync throws. `code()` compares equal to a `gsync::errc`:
+/// `catch (const gsync::error& e) { if (e.code() == gsync::errc::timeout) ... }`.
+class error : public std::system_error {
+ public:
+  error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
+  /// The gsync error kind of this exception.
+  errc kind() const noexcept { return static_cast<errc>(code().value()); }
+};
+
+}  // namespace gsync
+
+template <>
+struct std::is_error_code_enum<gsync::errc> : std::true_type {};

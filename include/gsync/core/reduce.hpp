@@ -1,0 +1,63 @@
+#pragma once
+/// \file
+/// The element loops: the only code that combines values. Everything above works on ranges,
+/// everything below on bytes. The loops are plain indexed loops over `__restrict` pointers with the
+/// operator inlined, which GCC and Clang vectorize at -O2/-O3 for every dtype x built-in op
+/// (benchmarks/reduce_kernels.cpp measures them; tests check a user functor through a constexpr
+/// evaluation, which proves the call is static).
+
+#include <cstddef>
+#include <cstring>
+
+#include "gsync/core/concepts.hpp"
+
+namespace gsync::detail {
+
+/// Converts an accumulator back to the element type (one rounding for half/bfloat16).
+template <class T, class A>
+constexpr T from_accum(A a) noexcept {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return T(static_cast<float>(a));
+  else return static_cast<T>(a);
+}
+
+/// One combined element: `op(a, b)`, then `op.finalize(., world)` when `Final`.
+template <bool Final, class T, class Op>
+constexpr T combine(T a, T b, const Op& op, int world) noexcept {
+  using A = accum_t<T>;
+  A v = static_cast<A>(op(static_cast<A>(a), static_cast<A>(b)));
+  if constexpr (Final && finalizing_op<Op, T>) v = static_cast<A>(op.finalize(v, world));
+  return from_accum<T>(v);
+}
+
+/// dst[i] = op(a[i], b[i]) (then finalize when `Final`); dst must not overlap a or b.
+template <bool Final, class T, class Op>
+constexpr void reduce_to(T* __restrict dst, const T* __restrict a, const T* __restrict b, std::size_t n,
+                         const Op& op, int world) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = combine<Final>(a[i], b[i], op, world);
+}
+
+/// dst[i] = op(dst[i], b[i]) (then finalize when `Final`); b must not overlap dst.
+template <bool Final, class T, class Op>
+constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::size_t n, const Op& op,
+                              int world) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = combine<Final>(dst[i], b[i], op, world);
+}
+
+/// dst[i] = finalize(src[i]) for a one-rank world (or a plain copy when the op has no finalize).
+/// dst may equal src.
+template <class T, class Op>
+constexpr void finalize_copy(T* dst, const T* src, std::size_t n, const Op& op, int world) noexcept {
+  if constexpr (finalizing_op<Op, T>) {
+    using A = accum_t<T>;
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] = from_accum<T>(static_cast<A>(op.finalize(static_cast<A>(src[i]), world)));
+  } else if (dst != src && n != 0) {
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
+    } else {
+      std::memcpy(dst, src, n * sizeof(T));
+    }
+  }
+}
+
+}  // namespace gsync::detail

@@ -1,0 +1,164 @@
+#pragma once
+/// \file
+/// Blocking-with-deadline socket helpers over Asio sockets (non-templated; shared by the store and
+/// the TCP transport's connection setup). The data path uses the same native handles non-blocking.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+
+namespace gsync::detail {
+
+using steady = std::chrono::steady_clock;
+
+/// Milliseconds left until `dl` (0 when passed), capped so poll's int never overflows.
+inline int ms_left(deadline dl) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(dl - steady::now()).count();
+  if (left <= 0) return 0;
+  return left > 3600000 ? 3600000 : static_cast<int>(left) + 1;
+}
+
+/// `errno` text.
+inline std::string errno_text(int e) { return std::strerror(e); }
+
+/// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `dl` passes; returns false on timeout.
+inline bool wait_fd(int fd, short events, deadline dl) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, ms_left(dl));
+    if (r > 0) return true;
+    if (r == 0) {
+      if (steady::now() >= dl) return false;
+      continue;
+    }
+    if (errno != EINTR) throw error(errc::system, "poll: " + errno_text(errno));
+  }
+}
+
+/// Puts a native socket in non-blocking mode.
+inline void set_nonblocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL, 0);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) throw error(errc::system, "fcntl(O_NONBLOCK): " + errno_text(errno));
+}
+
+/// Writes all of [p, p+n) to non-blocking `fd` before `dl`. `what` names the peer in errors.
+inline void write_all(int fd, const void* p, std::size_t n, deadline dl, const std::string& what) {
+  auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      b += w;
+      n -= static_cast<std::size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd, POLLOUT, dl)) throw error(errc::timeout, "timed out writing to " + what);
+      continue;
+    }
+    throw error(errc::peer_lost, "connection to " + what + " lost while writing: " + errno_text(errno));
+  }
+}
+
+/// Reads exactly n bytes from non-blocking `fd` before `dl`.
+inline void read_all(int fd, void* p, std::size_t n, deadline dl, const std::string& what) {
+  auto* b = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, b, n, MSG_DONTWAIT);
+    if (r > 0) {
+      b += r;
+      n -= static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r == 0) throw error(errc::peer_lost, "connection to " + what + " closed by the peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_fd(fd, POLLIN, dl)) throw error(errc::timeout, "timed out reading from " + what);
+      continue;
+    }
+    throw error(errc::peer_lost, "connection to " + what + " lost while reading: " + errno_text(errno));
+  }
+}
+
+/// Options of every data connection: no Nagle delay, large kernel buffers, non-blocking.
+inline void tune_data_socket(asio::ip::tcp::socket& s, int buf_bytes) {
+  asio::error_code ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (buf_bytes > 0) {
+    s.set_option(asio::socket_base::send_buffer_size(buf_bytes), ec);
+    s.set_option(asio::socket_base::receive_buffer_size(buf_bytes), ec);
+  }
+  set_nonblocking(s.native_handle());
+}
+
+/// Resolves `host` (name or IPv4/IPv6 literal) to an address, preferring IPv4.
+inline asio::ip::address resolve_host(asio::io_context& io, const std::string& host) {
+  asio::error_code ec;
+  auto a = asio::ip::make_address(host, ec);
+  if (!ec) return a;
+  asio::ip::tcp::resolver res(io);
+  auto results = res.resolve(host, "", ec);
+  if (ec || results.empty()) throw error(errc::invalid_argument, "cannot resolve host '" + host + "': " + ec.message());
+  for (const auto& e : results)
+    if (e.endpoint().address().is_v4()) return e.endpoint().address();
+  return results.begin()->endpoint().address();
+}
+
+/// Connects to `ep`, retrying refused connections (the listener may not be up yet) until `dl`.
+inline asio::ip::tcp::socket connect_retry(asio::io_context& io, const asio::ip::tcp::endpoint& ep, deadline dl,
+                                           const std::string& what) {
+  auto backoff = std::chrono::milliseconds(5);
+  std::string last = "no attempt";
+  for (;;) {
+    asio::ip::tcp::socket s(io);
+    asio::error_code ec;
+    s.open(ep.protocol(), ec);
+    if (ec) throw error(errc::system, "socket(): " + ec.message());
+    set_nonblocking(s.native_handle());
+    int r = ::connect(s.native_handle(), ep.data(), static_cast<socklen_t>(ep.size()));
+    int err = r == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      if (wait_fd(s.native_handle(), POLLOUT, dl)) {
+        socklen_t len = sizeof(err);
+        ::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+      } else {
+        err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) return s;
+    last = errno_text(err);
+    if (steady::now() + backoff >= dl)
+      throw error(errc::timeout, "could not connect to " + what + " at " + ep.address().to_string() + ":" +
+                                     std::to_string(ep.port()) + " before the deadline (last error: " + last + ")");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+/// Accepts one connection on non-blocking `acc` before `dl`; returns false on timeout.
+inline bool accept_until(asio::ip::tcp::acceptor& acc, asio::ip::tcp::socket& out, deadline dl) {
+  for (;;) {
+    asio::error_code ec;
+    acc.accept(out, ec);
+    if (!ec) return true;
+    if (ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted &&
+        ec != asio::error::connection_aborted)
+      throw error(errc::system, "accept: " + ec.message());
+    if (!wait_fd(acc.native_handle(), POLLIN, dl)) return false;
+  }
+}
+
+}  // namespace gsync::detail

@@ -1,0 +1,144 @@
+#pragma once
+/// \file
+/// In-process transport: ranks are threads of one process sharing an `inproc_world`.
+///
+/// A send enqueues a descriptor (header + pointer) in the mailbox of the (sender, receiver) pair;
+/// the receiver copies or reduces straight from the sender's memory, then releases the sender's
+/// pending count. No bytes are staged. Used by the fast unit tests and by anyone who wants
+/// gsync collectives between threads. A rank whose transport is destroyed, or that failed, is
+/// marked gone, and peers waiting on it get `errc::peer_lost` instead of waiting forever.
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/transport/frame.hpp"
+
+namespace gsync::transport {
+
+/// Shared state of an in-process world of `size` ranks.
+class inproc_world {
+ public:
+  /// A world of `size` ranks (>= 1).
+  explicit inproc_world(int size) : size_(size), boxes_(static_cast<std::size_t>(size) * size), ranks_(size) {
+    if (size < 1) throw error(errc::invalid_argument, "inproc_world: size must be >= 1");
+  }
+  int size() const noexcept { return size_; }  ///< number of ranks
+
+ private:
+  friend class inproc;
+  struct message {
+    frame_header h;
+    const std::byte* p;
+  };
+  // One mutex for the world keeps the logic obviously right; contention is irrelevant at test sizes
+  // compared to the copies, and each rank waits on its own condition variable.
+  struct rank_state {
+    std::condition_variable cv;  // signalled when a message arrives for this rank or its sends complete
+    std::size_t pending_sends = 0;
+    bool gone = false;
+  };
+  std::mutex m_;
+  int size_;
+  std::vector<std::deque<message>> boxes_;  // index src * size + dst
+  std::vector<rank_state> ranks_;
+  std::deque<message>& box(int src, int dst) { return boxes_[static_cast<std::size_t>(src) * size_ + dst]; }
+};
+
+/// Transport endpoint of one rank in an `inproc_world`.
+class inproc {
+ public:
+  /// Endpoint of `rank` in `world`.
+  inproc(std::shared_ptr<inproc_world> world, int rank) : w_(std::move(world)), rank_(rank) {}
+  inproc(const inproc&) = delete;
+  inproc& operator=(const inproc&) = delete;
+  ~inproc() { leave(); }
+
+  int rank() const noexcept { return rank_; }          ///< this rank
+  int size() const noexcept { return w_->size(); }     ///< world size
+  std::string_view name() const noexcept { return "inproc"; }  ///< transport name for logs
+
+  /// Marks this rank gone: peers waiting on it fail with peer_lost.
+  void leave() {
+    if (!w_) return;
+    std::lock_guard lk(w_->m_);
+    if (w_->ranks_[rank_].gone) return;
+    w_->ranks_[rank_].gone = true;
+    for (auto& r : w_->ranks_) r.cv.notify_all();
+  }
+
+  /// Queues a descriptor of [src, src+n) for `peer`.
+  void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
+    check_peer(peer);
+    std::lock_guard lk(w_->m_);
+    if (w_->ranks_[peer].gone) throw error(errc::peer_lost, who() + "cannot send to rank " + std::to_string(peer) + ": it has left");
+    w_->box(rank_, peer).push_back({make_header(id, n), src});
+    ++w_->ranks_[rank_].pending_sends;
+    w_->ranks_[peer].cv.notify_all();
+  }
+
+  /// Copies the next message from `peer` into dst.
+  void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
+    take(peer, id, n, dl, [&](const std::byte* p) { if (n) std::memcpy(dst, p, n); });
+  }
+
+  /// Hands the next message from `peer` to `consume` in one piece, straight from the sender's memory.
+  void recv_stream(int peer, message_id id, std::size_t n, std::size_t /*align*/,
+                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
+    take(peer, id, n, dl, [&](const std::byte* p) { consume(std::span<const std::byte>(p, n)); });
+  }
+
+  /// Waits until every message this rank sent has been consumed.
+  void flush_sends(deadline dl) {
+    std::unique_lock lk(w_->m_);
+    auto& me = w_->ranks_[rank_];
+    while (me.pending_sends != 0) {
+      for (int p = 0; p < size(); ++p)
+        if (p != rank_ && w_->ranks_[p].gone && !w_->box(rank_, p).empty())
+          throw error(errc::peer_lost, who() + "rank " + std::to_string(p) + " left before receiving this rank's data");
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends != 0)
+        throw error(errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends) + " message(s)");
+    }
+  }
+
+ private:
+  template <class F>
+  void take(int peer, message_id id, std::size_t n, deadline dl, F&& use) {
+    check_peer(peer);
+    std::unique_lock lk(w_->m_);
+    auto& me = w_->ranks_[rank_];
+    auto& q = w_->box(peer, rank_);
+    while (q.empty()) {
+      if (w_->ranks_[peer].gone)
+        throw error(errc::peer_lost, who() + "rank " + std::to_string(peer) + " left while this rank waited for its data");
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && q.empty())
+        throw error(errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
+                                       " (op #" + std::to_string(id.seq) + ")");
+    }
+    inproc_world::message m = q.front();
+    check_header(m.h, id, n, rank_, peer);
+    // The sender's bytes stay valid until its pending count drops, so the copy can run unlocked.
+    lk.unlock();
+    use(m.p);
+    lk.lock();
+    q.pop_front();
+    auto& sender = w_->ranks_[peer];
+    if (--sender.pending_sends == 0) sender.cv.notify_all();
+  }
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw error(errc::invalid_argument, who() + "invalid peer rank " + std::to_string(peer));
+  }
+  std::string who() const { return "rank " + std::to_string(rank_) + ": "; }
+
+  std::shared_ptr<inproc_world> w_;
+  int rank_;
+};
+
+}  // namespace gsync::transport
