@@ -66,7 +66,7 @@ struct launch_info {
   // A port in [30000, 60000) from the Open MPI job identity (same on every rank of the job).
   static std::uint16_t derived_port() {
     std::string id;
-    for (const char* v : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
+    for (const char* v : {"OMPI_MCA_orte_precondition_transports", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
       if (auto x = detail::env(v)) { id = *x; break; }
     if (id.empty()) return 29500;
     std::uint32_t h = 2166136261u;  // FNV-1a

@@ -14,10 +14,10 @@
 //     sign and the top bits of its payload.
 // half -> float and bfloat16 -> float are exact (NaNs come back quiet with their payload).
 //
-// The conversions are plain integer arithmetic on std::uint32_t with selects instead of branches
-// and no library calls, so they do not depend on the floating-point environment (rounding mode,
-// FTZ/DAZ), give bit-identical results everywhere (no _Float16 / F16C even where available), and
-// let the compiler auto-vectorize element-wise loops such as
+// The conversions are plain integer arithmetic (std::uint32_t / std::uint16_t) with selects instead
+// of branches and no library calls, so they do not depend on the floating-point environment
+// (rounding mode, FTZ/DAZ), give bit-identical results everywhere (no _Float16 / F16C even where
+// available), and let the compiler auto-vectorize element-wise loops such as
 //   for (i...) out[i] = gsync::half(float(a[i]) + float(b[i]));
 #pragma once
 
@@ -25,97 +25,105 @@
 #include <cstdint>
 #include <type_traits>
 
+// Forces inlining of the conversions: they are meant to be expanded inside element-wise loops,
+// and clang's inliner otherwise keeps float_to_half_bits out of line, which stops the loop from
+// being vectorized. Undefined again at the end of this header.
+#if defined(__GNUC__) || defined(__clang__)
+#define GSYNC_HALF_FORCE_INLINE [[gnu::always_inline]]
+#else
+#define GSYNC_HALF_FORCE_INLINE
+#endif
+
 namespace gsync {
 
 namespace detail {
 
 /// Converts a float to IEEE binary16 bits, rounding to nearest, ties to even (see file comment).
-[[nodiscard]] constexpr std::uint16_t float_to_half_bits(float f) noexcept {
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr std::uint16_t float_to_half_bits(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
-  const std::uint32_t a = x & 0x7fffffffu;  // |f|
+  const std::int32_t a = static_cast<std::int32_t>(x & 0x7fffffffu);  // |f|; int: cheap compares
+  const std::int32_t e = a >> 23;                                     // biased float exponent
 
-  // Normal half range, 2^-14 <= |f| < 2^16: rebias the exponent (127 -> 15, i.e. subtract
-  // 112 << 23, written as an unsigned wrap-around add), add 0xfff plus the lowest kept bit and
-  // truncate: that is round-to-nearest-even on the 13 dropped bits. A carry out of the mantissa
-  // bumps the exponent, and past 65504 reaches 0x7c00 (Inf), which is the correct result.
-  const std::uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  // One formula covers the normal and the subnormal half range (|f| < 2^16). With m the 24-bit
+  // significand (implicit bit included), |f| = m * 2^(e - 150) and the half bits are
+  //   (max(e - 113, 0) << 10) + RNE(m >> s),   s = 13 + clamp(113 - e, 0, 12):
+  // for normal halves (e >= 113) s = 13 and the implicit bit of RNE(m >> 13) (bit 10) lifts the
+  // exponent field to e - 112; a rounding carry out of the mantissa bumps the exponent, up to
+  // 0x7c00 (Inf) from 65520 on. Below 2^-14 the shift grows by one per binade (gradual
+  // underflow; a carry out of the largest subnormal gives the smallest normal), and from
+  // s = 25 on the result is 0, which also covers float zeros and float subnormals.
+  const std::uint32_t m = (static_cast<std::uint32_t>(a) & 0x7fffffu) | 0x800000u;
+  // Bits 0..11 of m always lie below the guard bit (bit s - 1 >= 12): fold them into bit 0 as a
+  // sticky bit. ((m & 0x7ff) + 0x7ff) >> 11 is 1 exactly when any of bits 0..10 is set.
+  const std::uint32_t mm = (m >> 11) | (((m & 0x7ffu) + 0x7ffu) >> 11);  // < 2^13
+  // x86 has no per-lane variable shift before AVX2, so rather than shifting right by s, shift left
+  // by j = 12 - clamp(113 - e, 0, 12), with a branch-free barrel shifter; afterwards the rounding
+  // point is fixed: RNE(m >> s) = RNE(w >> 14) with w = mm << j < 2^25.
+  std::int32_t j = e - 101;
+  j = j < 0 ? 0 : j;
+  j = j > 12 ? 12 : j;
+  std::uint32_t w = mm;
+  w = (j & 1) != 0 ? w << 1 : w;
+  w = (j & 2) != 0 ? w << 2 : w;
+  w = (j & 4) != 0 ? w << 4 : w;
+  w = (j & 8) != 0 ? w << 8 : w;
+  // Round to nearest even on the 14 dropped bits: add 0x1fff plus the lowest kept bit, truncate.
+  const std::uint32_t rounded = (w + 0x1fffu + ((w >> 14) & 1u)) >> 14;
+  std::int32_t exp_field = e - 113;
+  exp_field = exp_field < 0 ? 0 : exp_field;
+  const std::uint32_t finite = rounded + (static_cast<std::uint32_t>(exp_field) << 10);
 
-  // Subnormal half range, |f| < 2^-14: result = RNE(m * 2^(e-150) / 2^-24) = RNE(m >> s) with
-  // m the 24-bit significand, e the biased float exponent and s = 126 - e >= 14. s is clamped to
-  // 25 (any larger shift gives 0 as well; it also covers float zero and float subnormals). The
-  // variable shift is done as a fixed shift plus a barrel shifter over k = s - 14 in [0, 11]
-  // built from masks, keeping one guard bit and collecting the other dropped bits in `sticky`.
-  const std::uint32_t e = a >> 23;
-  const std::uint32_t k0 = 112u - e;  // wraps to a huge value when e > 112 (result unused then)
-  const std::uint32_t k = k0 > 11u ? 11u : k0;
-  // Shift by s - 1 = 13 + k in total so that the guard bit (the first dropped one) ends at bit 0.
-  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  std::uint32_t sticky = m & 0x1fffu;
-  std::uint32_t t = m >> 13;
-  {
-    std::uint32_t c = 0u - (k & 1u);
-    sticky |= t & (0x1u & c);
-    t = ((t >> 1) & c) | (t & ~c);
-    c = 0u - ((k >> 1) & 1u);
-    sticky |= t & (0x3u & c);
-    t = ((t >> 2) & c) | (t & ~c);
-    c = 0u - ((k >> 2) & 1u);
-    sticky |= t & (0xfu & c);
-    t = ((t >> 4) & c) | (t & ~c);
-    c = 0u - ((k >> 3) & 1u);
-    sticky |= t & (0xffu & c);
-    t = ((t >> 8) & c) | (t & ~c);
-  }
-  const std::uint32_t guard = t & 1u;
-  const std::uint32_t q = t >> 1;
-  const std::uint32_t subnormal = q + (guard & (q | (sticky != 0u ? 1u : 0u)));
+  // |f| >= 2^16: Inf stays Inf (so does overflow); NaN becomes quiet (0x200) and keeps the top
+  // 10 payload bits.
+  const std::uint32_t inf_nan =
+      a > 0x7f800000 ? (0x7e00u | ((static_cast<std::uint32_t>(a) >> 13) & 0x3ffu)) : 0x7c00u;
 
-  // Inf stays Inf; NaN becomes quiet (0x200) and keeps the top 10 payload bits.
-  const std::uint32_t inf_nan = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x3ffu)) : 0x7c00u;
-
-  const std::uint32_t mag = a < 0x38800000u ? subnormal : (a < 0x47800000u ? normal : inf_nan);
+  const std::uint32_t mag = a < 0x47800000 ? finite : inf_nan;
   return static_cast<std::uint16_t>(mag | sign);
 }
 
 /// Converts IEEE binary16 bits to the float with the same value (exact; NaN -> quiet NaN).
-[[nodiscard]] constexpr float half_bits_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t u = h;
-  const std::uint32_t sign = (u & 0x8000u) << 16;
-  const std::uint32_t a = u & 0x7fffu;
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
+  // Computed on 16-bit values only: the float's upper half (sign, 8 exponent bits, top 7
+  // mantissa bits) and its lower half (the last 3 mantissa bits), so that a vectorized loop
+  // works on 16-bit lanes, twice as many elements per instruction as with 32-bit lanes.
+  using u16 = std::uint16_t;
+  const u16 a = static_cast<u16>(h & 0x7fffu);
 
-  // Normal: rebias the exponent (15 -> 127) and widen the mantissa.
-  const std::uint32_t normal = (a << 13) + 0x38000000u;
-  // Inf / NaN: exponent all ones; NaNs get the quiet bit and keep their payload.
-  const std::uint32_t inf_nan = (a << 13) | 0x7f800000u | (a > 0x7c00u ? 0x400000u : 0u);
-  // Subnormal (a < 0x400): value m * 2^-24. Normalize m so that its leading one sits at bit 10
-  // with a branch-free barrel shifter (shift total n in [1, 10]), then the float exponent is
-  // 113 - n (biased) and the leading one becomes the implicit bit: (112 - n) << 23 + (t << 13).
-  std::uint32_t t = a;
-  std::uint32_t n = 0u;
-  {
-    std::uint32_t c = t < 0x8u ? ~0u : 0u;
-    t = ((t << 8) & c) | (t & ~c);
-    n += 8u & c;
-    c = t < 0x80u ? ~0u : 0u;
-    t = ((t << 4) & c) | (t & ~c);
-    n += 4u & c;
-    c = t < 0x200u ? ~0u : 0u;
-    t = ((t << 2) & c) | (t & ~c);
-    n += 2u & c;
-    c = t < 0x400u ? ~0u : 0u;
-    t = ((t << 1) & c) | (t & ~c);
-    n += 1u & c;
-  }
-  const std::uint32_t subnormal = a != 0u ? ((112u - n) << 23) + (t << 13) : 0u;
+  // Subnormal halves (a < 0x400) have the value a * 2^-24: normalize a so that its leading one
+  // sits at bit 10 (shift n in [1, 10], a branch-free binary search with masks). For all other
+  // inputs no stage fires: t = a, n = 0.
+  u16 t = a;
+  u16 n = 0;
+  u16 c = static_cast<u16>(0u - (t < 0x8u ? 1u : 0u));
+  t = static_cast<u16>(((t << 8) & c) | (t & ~c));
+  n = static_cast<u16>(n + (c & 8u));
+  c = static_cast<u16>(0u - (t < 0x80u ? 1u : 0u));
+  t = static_cast<u16>(((t << 4) & c) | (t & ~c));
+  n = static_cast<u16>(n + (c & 4u));
+  c = static_cast<u16>(0u - (t < 0x200u ? 1u : 0u));
+  t = static_cast<u16>(((t << 2) & c) | (t & ~c));
+  n = static_cast<u16>(n + (c & 2u));
+  c = static_cast<u16>(0u - (t < 0x400u ? 1u : 0u));
+  t = static_cast<u16>(((t << 1) & c) | (t & ~c));
+  n = static_cast<u16>(n + (c & 1u));
 
-  const std::uint32_t exp = a >> 10;
-  const std::uint32_t mag = exp == 0u ? subnormal : (exp == 0x1fu ? inf_nan : normal);
-  return std::bit_cast<float>(mag | sign);
+  // Normal and subnormal: float bits = ((112 - n) << 23) + (t << 13), i.e. the exponent is
+  // rebiased from 15 to 127 (plus 1 for a subnormal's leading one at bit 10, which lands on the
+  // exponent's lowest bit). Zero stays zero. Inf / NaN: exponent 31 -> 255, NaNs get the quiet
+  // bit and keep their payload.
+  const u16 hi_finite = static_cast<u16>(((112u - n) << 7) + (t >> 3));
+  const u16 hi_inf_nan = static_cast<u16>((hi_finite + 0x3800u) | (a > 0x7c00u ? 0x40u : 0u));
+  const u16 hi_mag = a >= 0x7c00u ? hi_inf_nan : (a != 0u ? hi_finite : u16{0});
+  const u16 hi = static_cast<u16>(hi_mag | (h & 0x8000u));
+  const u16 lo = static_cast<u16>((t & 7u) << 13);
+  return std::bit_cast<float>((static_cast<std::uint32_t>(hi) << 16) | lo);
 }
 
 /// Converts a float to bfloat16 bits, rounding to nearest, ties to even; NaN -> quiet NaN.
-[[nodiscard]] constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr std::uint16_t float_to_bfloat16_bits(
+    float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   // Round-to-nearest-even on the 16 dropped bits; a carry ripples into the exponent, and past
   // the largest finite value it yields exactly Inf. Subnormals need no special case: bfloat16
@@ -127,7 +135,8 @@ namespace detail {
 }
 
 /// Converts bfloat16 bits to the float with the same value (exact; NaN -> quiet NaN).
-[[nodiscard]] constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcept {
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr float bfloat16_bits_to_float(
+    std::uint16_t b) noexcept {
   const std::uint32_t u = b;
   const std::uint32_t quiet = (u & 0x7fffu) > 0x7f80u ? 0x400000u : 0u;
   return std::bit_cast<float>((u << 16) | quiet);
@@ -145,10 +154,13 @@ class half {
   half() = default;
 
   /// Converts from float, rounding to nearest, ties to even (overflow -> Inf, NaN -> quiet NaN).
-  constexpr explicit half(float f) noexcept : bits_(detail::float_to_half_bits(f)) {}
+  GSYNC_HALF_FORCE_INLINE constexpr explicit half(float f) noexcept
+      : bits_(detail::float_to_half_bits(f)) {}
 
   /// Converts to float; exact for every half value.
-  constexpr operator float() const noexcept { return detail::half_bits_to_float(bits_); }
+  GSYNC_HALF_FORCE_INLINE constexpr operator float() const noexcept {
+    return detail::half_bits_to_float(bits_);
+  }
 
   /// Makes a half from its raw IEEE binary16 bit pattern.
   [[nodiscard]] static constexpr half from_bits(std::uint16_t bits) noexcept {
@@ -175,10 +187,13 @@ class bfloat16 {
   bfloat16() = default;
 
   /// Converts from float, rounding to nearest, ties to even (overflow -> Inf, NaN -> quiet NaN).
-  constexpr explicit bfloat16(float f) noexcept : bits_(detail::float_to_bfloat16_bits(f)) {}
+  GSYNC_HALF_FORCE_INLINE constexpr explicit bfloat16(float f) noexcept
+      : bits_(detail::float_to_bfloat16_bits(f)) {}
 
   /// Converts to float; exact for every bfloat16 value.
-  constexpr operator float() const noexcept { return detail::bfloat16_bits_to_float(bits_); }
+  GSYNC_HALF_FORCE_INLINE constexpr operator float() const noexcept {
+    return detail::bfloat16_bits_to_float(bits_);
+  }
 
   /// Makes a bfloat16 from its raw bit pattern (the top 16 bits of a binary32).
   [[nodiscard]] static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
@@ -196,10 +211,12 @@ class bfloat16 {
 };
 
 /// Converts a half to float (exact).
-[[nodiscard]] inline constexpr float to_float(half h) noexcept { return static_cast<float>(h); }
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE inline constexpr float to_float(half h) noexcept {
+  return static_cast<float>(h);
+}
 
 /// Converts a bfloat16 to float (exact).
-[[nodiscard]] inline constexpr float to_float(bfloat16 b) noexcept {
+[[nodiscard]] GSYNC_HALF_FORCE_INLINE inline constexpr float to_float(bfloat16 b) noexcept {
   return static_cast<float>(b);
 }
 
@@ -211,3 +228,5 @@ static_assert(std::is_trivially_copyable_v<bfloat16> && std::is_standard_layout_
 static_assert(std::is_trivially_default_constructible_v<bfloat16>);
 
 }  // namespace gsync
+
+#undef GSYNC_HALF_FORCE_INLINE

@@ -1,0 +1,78 @@
+// Multi-process check program: joins from the environment (gsyncrun, mpirun, torchrun, srun),
+// runs allreduces over several dtypes, ops and sizes and verifies them against a double-precision
+// reference. Exit 0 on success, 1 on a wrong result.
+//
+// --die-rank R --die-after-ms M: rank R exits abruptly (_exit(3)) M ms into a loop of large
+// allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 for another
+// kind (so a script can assert how survivors failed, and how fast).
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/reference.hpp"
+
+namespace {
+
+template <class T, class Op>
+int check(gsync::tcp_communicator& comm, std::size_t count, bool in_place) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<T> in(count), out(count);
+  for (std::size_t i = 0; i < count; ++i) in[i] = gsync_test::input<T, Op>(r, i);
+  if (in_place) {
+    gsync::allreduce(comm, std::span<T>{in}, Op{});
+    out = in;
+  } else {
+    gsync::allreduce(comm, std::span<const T>{in}, std::span<T>{out}, Op{});
+  }
+  int wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) wrong += !gsync_test::check_element<T, Op>(out[i], n, i);
+  if (wrong)
+    std::fprintf(stderr, "rank %d: %s %s count %zu: %d wrong\n", r, std::string(gsync::name(gsync::dtype_of<T>)).c_str(),
+                 std::string(Op::name).c_str(), count, wrong);
+  return wrong;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int die_rank = -1, die_after_ms = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[i + 1]);
+  }
+  int rank = -1;
+  try {
+    auto comm = gsync::tcp_communicator::from_env();
+    rank = comm.rank();
+    if (die_rank >= 0) {
+      if (rank == die_rank)
+        std::thread([die_after_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(die_after_ms));
+          _exit(3);
+        }).detach();
+      std::vector<float> v(std::size_t{1} << 22, 1.0f);
+      for (;;) gsync::allreduce(comm, std::span<float>{v});
+    }
+    int wrong = 0;
+    const std::size_t n = static_cast<std::size_t>(comm.size());
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, std::size_t{1000}, std::size_t{999983}}) {
+      wrong += check<float, gsync::op::sum>(comm, count, false);
+      wrong += check<double, gsync::op::max>(comm, count, true);
+      wrong += check<gsync::bfloat16, gsync::op::avg>(comm, count, false);
+      wrong += check<gsync::half, gsync::op::sum>(comm, count, true);
+      wrong += check<std::int32_t, gsync::op::prod>(comm, count, false);
+      wrong += check<std::uint8_t, gsync::op::min>(comm, count, true);
+      wrong += check<std::int64_t, gsync::op::avg>(comm, count, true);
+    }
+    std::printf("rank %d/%d: %s\n", comm.rank(), comm.size(), wrong ? "FAILED" : "all results correct");
+    return wrong ? 1 : 0;
+  } catch (const gsync::error& e) {
+    std::fprintf(stderr, "rank %d: caught gsync::error (%s): %s\n", rank, e.code().message().c_str(), e.what());
+    return e.kind() == gsync::errc::peer_lost ? 42 : 43;
+  }
+}

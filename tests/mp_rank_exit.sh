@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A rank dies (_exit) in the middle of a stream of 16 MiB allreduces. With a 60 s timeout, every
+# survivor must raise gsync::error peer_lost (exit 42) within 5 s; then the same under gsyncrun,
+# which must exit non-zero and stop the job promptly.
+set -u
+prog=$1 gsyncrun=$2
+port=$(( 20000 + RANDOM % 20000 ))
+export GSYNC_TIMEOUT_S=60 GSYNC_WORLD_SIZE=3 GSYNC_MASTER_PORT=$port
+start=$(date +%s%N)
+pids=()
+for r in 0 1 2; do GSYNC_RANK=$r "$prog" --die-rank 1 --die-after-ms 300 & pids+=($!); done
+codes=()
+for p in "${pids[@]}"; do wait "$p"; codes+=($?); done
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+echo "exit codes: ${codes[*]} after ${ms} ms"
+[ "${codes[0]}" = 42 ] && [ "${codes[1]}" = 3 ] && [ "${codes[2]}" = 42 ] || { echo "FAIL: survivors did not report peer_lost"; exit 1; }
+[ "$ms" -lt 8000 ] || { echo "FAIL: took ${ms} ms"; exit 1; }
+unset GSYNC_MASTER_PORT GSYNC_WORLD_SIZE
+start=$(date +%s%N)
+"$gsyncrun" -n 4 -- "$prog" --die-rank 2 --die-after-ms 300
+rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+echo "gsyncrun exit code $rc after ${ms} ms"
+[ "$rc" -ne 0 ] || { echo "FAIL: gsyncrun returned 0"; exit 1; }
+[ "$ms" -lt 10000 ] || { echo "FAIL: gsyncrun took ${ms} ms"; exit 1; }
+echo PASS

@@ -1,0 +1,89 @@
+#pragma once
+// Test worlds: N ranks as threads of this process, over the in-process transport or over real TCP
+// on loopback (each thread joins through the store like a separate process would).
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gsync/gsync.hpp>
+
+namespace gsync_test {
+
+/// A free TCP port on 127.0.0.1 (bound once, released; collisions are possible but rare).
+inline std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+/// Shared state of one test world's threads.
+struct world_sync {
+  explicit world_sync(int n) : bar(n), outputs(static_cast<std::size_t>(n)) {}
+  std::barrier<> bar;                 // all ranks of the world
+  std::vector<const void*> outputs;   // per rank, published between barriers
+};
+
+/// Runs f(comm, sync) on n threads, one per rank, and rethrows the first exception (with its rank).
+template <class Comm, class Make, class F>
+void run_threads(int n, Make make, F f) {
+  world_sync sync(n);
+  std::mutex m;
+  std::string first_error;
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        Comm c = make(r);
+        f(c, sync);
+      } catch (const std::exception& e) {
+        std::lock_guard lk(m);
+        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
+        sync.bar.arrive_and_drop();
+      }
+    });
+  for (auto& t : th) t.join();
+  if (!first_error.empty()) throw std::runtime_error(first_error);
+}
+
+/// n ranks over the in-process transport.
+template <class F>
+void run_inproc(int n, F f, gsync::config cfg = {}) {
+  auto comms = gsync::make_inproc_world(n, cfg);
+  run_threads<gsync::inproc_communicator>(n, [&](int r) { return std::move(comms[r]); }, f);
+}
+
+/// n ranks over TCP on loopback, bootstrapped through a store on a free port.
+template <class F>
+void run_tcp(int n, F f, gsync::config cfg = {}) {
+  const auto port = free_port();
+  run_threads<gsync::tcp_communicator>(
+      n,
+      [&](int r) {
+        gsync::bootstrap::launch_info li;
+        li.rank = r;
+        li.size = n;
+        li.local_rank = r;
+        li.master_port = port;
+        li.source = "test";
+        return gsync::tcp_communicator::join(li, cfg);
+      },
+      f);
+}
+
+}  // namespace gsync_test

@@ -1,0 +1,167 @@
+// The allreduce sweep: world sizes 1..8 x counts {0, 1, N-1, a few hundred with tiny segments,
+// a prime near 10^6, 4M} x every dtype x every op x in place / out of place, over the in-process
+// transport and over real TCP on loopback. Every rank checks that its result is bitwise identical
+// to rank 0's and that its own slice matches a double-precision reference within dtype tolerance.
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "support/reference.hpp"
+#include "support/world.hpp"
+
+namespace {
+
+using namespace gsync_test;
+
+struct failures {
+  std::mutex m;
+  std::vector<std::string> list;
+  void add(std::string s) {
+    std::lock_guard lk(m);
+    if (list.size() < 20) list.push_back(std::move(s));
+  }
+};
+
+struct count_case {
+  std::size_t count;
+  std::size_t segment_bytes;
+};
+
+std::size_t large_count() {
+  const char* e = std::getenv("GSYNC_TEST_LARGE");
+  return e ? std::stoull(e) : std::size_t{4} << 20;
+}
+
+std::vector<count_case> counts_for(int n) {
+  return {{0, 512 << 10},
+          {1, 4},
+          {static_cast<std::size_t>(n - 1), 4},
+          {257, 16},                 // many segments per chunk, chunks not divisible
+          {999983, 64 << 10},        // prime near 10^6: several segments per chunk
+          {large_count(), 512 << 10}};  // 4M elements, default segment size
+}
+
+// Per-rank buffers, allocated once per world and reused by every case (no page faults per case).
+struct buffers {
+  std::vector<std::uint64_t> a, b;
+  explicit buffers(std::size_t max_bytes) : a(max_bytes / 8 + 1), b(max_bytes / 8 + 1) {}
+};
+
+// The 4M case dominates the run time, so it runs in one placement per (dtype, op), alternating,
+// and over TCP only for the smallest, largest and the two float types most used for gradients.
+template <class T, class Op, class Comm>
+void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
+  const int n = comm.size(), r = comm.rank();
+  for (const auto& cc : counts_for(n)) {
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      if (cc.count == large_count() && in_place != large_placement) continue;
+      const std::size_t count = cc.count;
+      std::span<T> in(reinterpret_cast<T*>(buf.a.data()), count), out(reinterpret_cast<T*>(buf.b.data()), count);
+      for (std::size_t i = 0; i < count; ++i) in[i] = input<T, Op>(r, i);
+      comm.set_segment_bytes(cc.segment_bytes);
+      if (in_place) {
+        gsync::allreduce(comm, in, Op{});
+        std::swap(in, out);
+      } else {
+        std::memset(static_cast<void*>(out.data()), 0xA5, count * sizeof(T));
+        gsync::allreduce(comm, std::span<const T>{in}, out, Op{});
+        // Out of place must not touch the input.
+        for (std::size_t i = 0; i < count; i += 997)
+          if (std::memcmp(&in[i], &(const T&)input<T, Op>(r, i), sizeof(T)) != 0) {
+            fails.add(std::string(transport) + " rank " + std::to_string(r) + ": input modified");
+            break;
+          }
+      }
+      sync.outputs[r] = out.data();
+      sync.bar.arrive_and_wait();
+      const std::string what = std::string(transport) + " N=" + std::to_string(n) + " " +
+                               std::string(gsync::name(gsync::dtype_of<T>)) + " " + std::string(Op::name) +
+                               " count=" + std::to_string(count) + (in_place ? " in-place" : " out-of-place");
+      if (count && std::memcmp(out.data(), sync.outputs[0], count * sizeof(T)) != 0)
+        fails.add(what + ": rank " + std::to_string(r) + " result differs from rank 0's");
+      const gsync::range mine = gsync::split(count, static_cast<std::size_t>(n), static_cast<std::size_t>(r));
+      std::size_t wrong = 0, first = 0;
+      for (std::size_t i = mine.offset; i < mine.offset + mine.count; ++i)
+        if (!check_element<T, Op>(out[i], n, i) && wrong++ == 0) first = i;
+      if (wrong)
+        fails.add(what + ": rank " + std::to_string(r) + " has " + std::to_string(wrong) + " wrong elements, first at " +
+                  std::to_string(first) + " = " + std::to_string(to_double(out[first])));
+      sync.bar.arrive_and_wait();
+    }
+  }
+}
+
+template <class T, class Comm>
+void sweep_ops(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
+  constexpr bool tcp_large = std::is_same_v<T, float> || std::is_same_v<T, gsync::bfloat16> ||
+                             std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::int64_t>;
+  const bool large = std::string(transport) == "inproc" || tcp_large;
+  const int shift = static_cast<int>(sizeof(T)) + (std::is_signed_v<T> ? 1 : 0);
+  auto placement = [&](int k) { return large ? (k + shift) % 2 : -1; };
+  sweep_one<T, gsync::op::sum>(comm, sync, fails, transport, buf, placement(0));
+  sweep_one<T, gsync::op::prod>(comm, sync, fails, transport, buf, placement(1));
+  sweep_one<T, gsync::op::min>(comm, sync, fails, transport, buf, placement(2));
+  sweep_one<T, gsync::op::max>(comm, sync, fails, transport, buf, placement(3));
+  sweep_one<T, gsync::op::avg>(comm, sync, fails, transport, buf, placement(4));
+}
+
+template <class Comm>
+void sweep_all(Comm& comm, world_sync& sync, failures& fails, const char* transport) {
+  buffers buf((std::size_t{4} << 20) * 8);
+  sweep_ops<float>(comm, sync, fails, transport, buf);
+  sweep_ops<double>(comm, sync, fails, transport, buf);
+  sweep_ops<gsync::half>(comm, sync, fails, transport, buf);
+  sweep_ops<gsync::bfloat16>(comm, sync, fails, transport, buf);
+  sweep_ops<std::int8_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::uint8_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::int16_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::uint16_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::int32_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::uint32_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::int64_t>(comm, sync, fails, transport, buf);
+  sweep_ops<std::uint64_t>(comm, sync, fails, transport, buf);
+}
+
+gsync::config test_config() {
+  gsync::config c;
+  c.timeout = std::chrono::seconds(120);
+  return c;
+}
+
+void run_sweep(const char* transport, int n) {
+  failures fails;
+  auto body = [&](auto& comm, world_sync& sync) { sweep_all(comm, sync, fails, transport); };
+  if (std::string(transport) == "inproc") run_inproc(n, body, test_config());
+  else run_tcp(n, body, test_config());
+  for (const auto& f : fails.list) FAIL_CHECK(f);
+  CHECK(fails.list.empty());
+}
+
+}  // namespace
+
+#define GSYNC_SWEEP(TRANSPORT, N) \
+  TEST_CASE("allreduce sweep " TRANSPORT " world " #N) { run_sweep(TRANSPORT, N); }
+
+GSYNC_SWEEP("inproc", 1)
+GSYNC_SWEEP("inproc", 2)
+GSYNC_SWEEP("inproc", 3)
+GSYNC_SWEEP("inproc", 4)
+GSYNC_SWEEP("inproc", 5)
+GSYNC_SWEEP("inproc", 6)
+GSYNC_SWEEP("inproc", 7)
+GSYNC_SWEEP("inproc", 8)
+GSYNC_SWEEP("tcp", 1)
+GSYNC_SWEEP("tcp", 2)
+GSYNC_SWEEP("tcp", 3)
+GSYNC_SWEEP("tcp", 4)
+GSYNC_SWEEP("tcp", 5)
+GSYNC_SWEEP("tcp", 6)
+GSYNC_SWEEP("tcp", 7)
+GSYNC_SWEEP("tcp", 8)

@@ -1,0 +1,141 @@
+// Bootstrap: the store, environment parsing, interface selection.
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "support/world.hpp"
+
+using namespace std::chrono_literals;
+using gsync::bootstrap::launch_info;
+
+namespace {
+struct env_guard {
+  std::vector<std::string> names;
+  void set(const char* n, const char* v) {
+    names.emplace_back(n);
+    ::setenv(n, v, 1);
+  }
+  ~env_guard() {
+    for (auto& n : names) ::unsetenv(n.c_str());
+  }
+};
+gsync::deadline in(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
+}  // namespace
+
+TEST_CASE("store: set/get/add/wait/check across clients; get waits for a later set") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0);
+  gsync::bootstrap::store_client a("127.0.0.1", srv.port(), in(5s)), b("127.0.0.1", srv.port(), in(5s));
+  a.set("k", "v1", in(5s));
+  CHECK(b.get("k", in(5s)) == "v1");
+  CHECK(a.add("n", 2, in(5s)) == 2);
+  CHECK(b.add("n", 3, in(5s)) == 5);
+  CHECK(!a.check("later", in(5s)));
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    b.set("later", std::string(100000, 'x'), in(5s));
+  });
+  CHECK(a.get("later", in(5s)).size() == 100000);
+  t.join();
+  a.wait({"k", "later"}, in(5s));
+  CHECK(a.check("later", in(5s)));
+}
+
+TEST_CASE("store: a wait that is never satisfied raises timeout at its deadline") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0);
+  gsync::bootstrap::store_client c("127.0.0.1", srv.port(), in(5s));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.get("never", in(300ms));
+    FAIL("get returned");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::timeout);
+    CHECK(std::string(e.what()).find("never") != std::string::npos);
+  }
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  CHECK(dt >= 250ms);
+  CHECK(dt < 3s);
+  c.set("after", "ok", in(5s));  // the connection is still usable after a timed-out wait
+  CHECK(c.get("after", in(5s)) == "ok");
+}
+
+TEST_CASE("store: garbage from a stranger is dropped, other clients carry on") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0);
+  gsync::bootstrap::store_client good("127.0.0.1", srv.port(), in(5s));
+  asio::io_context io;
+  auto s = gsync::detail::connect_retry(io, {asio::ip::make_address("127.0.0.1"), srv.port()}, in(5s), "store");
+  const char junk[] = "\xff\xff\xff\x7fGET / HTTP/1.1\r\n\r\n";
+  gsync::detail::write_all(s.native_handle(), junk, sizeof junk, in(5s), "store");
+  good.set("x", "1", in(5s));
+  CHECK(good.get("x", in(5s)) == "1");
+}
+
+TEST_CASE("launch environment: gsync, torchrun, Open MPI and Slurm variables, in that order") {
+  for (const char* v : {"GSYNC_RANK", "GSYNC_WORLD_SIZE", "GSYNC_LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
+                        "SLURM_NTASKS", "SLURM_LOCALID", "GSYNC_MASTER_ADDR", "GSYNC_MASTER_PORT", "MASTER_ADDR",
+                        "MASTER_PORT"})
+    ::unsetenv(v);
+  CHECK_THROWS_AS(launch_info::from_env(), gsync::error);
+  {
+    env_guard g;
+    g.set("SLURM_PROCID", "3");
+    g.set("SLURM_NTASKS", "8");
+    g.set("SLURM_LOCALID", "1");
+    auto li = launch_info::from_env();
+    CHECK(li.rank == 3);
+    CHECK(li.size == 8);
+    CHECK(li.local_rank == 1);
+    CHECK(li.source == "Slurm");
+    CHECK(li.master_port == 29500);
+    g.set("OMPI_COMM_WORLD_RANK", "2");
+    g.set("OMPI_COMM_WORLD_SIZE", "4");
+    g.set("OMPI_MCA_orte_hnp_uri", "123.0;tcp://x");
+    li = launch_info::from_env();
+    CHECK(li.source == "Open MPI");
+    CHECK(li.rank == 2);
+    CHECK(li.master_port >= 30000);  // derived from the job id, so concurrent jobs do not collide
+    g.set("RANK", "1");
+    g.set("WORLD_SIZE", "2");
+    g.set("MASTER_ADDR", "localhost");
+    g.set("MASTER_PORT", "1234");
+    li = launch_info::from_env();
+    CHECK(li.source == "torchrun");
+    CHECK(li.master_addr == "localhost");
+    CHECK(li.master_port == 1234);
+    g.set("GSYNC_RANK", "0");
+    g.set("GSYNC_WORLD_SIZE", "1");
+    g.set("GSYNC_MASTER_PORT", "4321");
+    li = launch_info::from_env();
+    CHECK(li.source == "gsync");
+    CHECK(li.size == 1);
+    CHECK(li.master_port == 4321);
+    g.set("GSYNC_RANK", "5");  // out of range for world size 1
+    CHECK_THROWS_AS(launch_info::from_env(), gsync::error);
+  }
+  ::unsetenv("OMPI_MCA_orte_hnp_uri");
+}
+
+TEST_CASE("GSYNC_SOCKET_IFNAME: an unknown interface is an error that lists the real ones") {
+  try {
+    gsync::bootstrap::interface_address("nosuchif0");
+    FAIL("accepted");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::invalid_argument);
+    CHECK(std::string(e.what()).find("lo") != std::string::npos);
+    CHECK(std::string(e.what()).find("nosuchif0") != std::string::npos);
+  }
+  CHECK(gsync::bootstrap::interface_address("lo").is_loopback());
+  // Through the communicator: joining with a bad interface fails on that rank with the same error.
+  env_guard g;
+  g.set("GSYNC_SOCKET_IFNAME", "nosuchif0");
+  launch_info li;
+  li.master_port = gsync_test::free_port();
+  try {
+    auto c = gsync::tcp_communicator::join(li, gsync::config{});
+    FAIL("joined");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::invalid_argument);
+  }
+}
