@@ -1,0 +1,180 @@
+// gsync-membw: single-thread memory bandwidth of the two kernels an allreduce is made of, for
+// stating the memory-bandwidth bound of allreduce over TCP loopback.
+//
+//   gsync-membw [--size 64M] [--reps 10] [--json FILE]
+//
+//   copy    memcpy(dst, src, size)                          2 streams: read size, write size
+//   reduce  c[i] = a[i] + b[i] over float32, size per array 3 streams: read 2 x size, write size
+//
+// Every buffer is written once before timing (so page faults are not measured); each kernel runs
+// --reps times and the best (shortest) run is reported. Two figures are printed per kernel:
+//   rate     bytes of one buffer per second (size / time): how fast a message of that size is
+//            copied or reduced, the unit in which allreduce's algbw/busbw are expressed;
+//   traffic  all bytes read and written per second (2 or 3 x size / time).
+// GB/s = 1e9 bytes per second, as in gsync-perf.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+/// Parses "64M", "1G", "4096" (1024-based suffixes).
+std::optional<std::size_t> parse_size(std::string_view s) {
+  if (s.empty() || s[0] < '0' || s[0] > '9') return std::nullopt;
+  std::size_t v = 0, i = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+    if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10) return std::nullopt;
+    v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+  }
+  std::size_t mult = 1;
+  if (i < s.size()) {
+    switch (s[i]) {
+      case 'k': case 'K': mult = std::size_t{1} << 10; break;
+      case 'm': case 'M': mult = std::size_t{1} << 20; break;
+      case 'g': case 'G': mult = std::size_t{1} << 30; break;
+      default: return std::nullopt;
+    }
+    ++i;
+  }
+  if (i != s.size()) return std::nullopt;
+  if (v > std::numeric_limits<std::size_t>::max() / mult) return std::nullopt;
+  return v * mult;
+}
+
+/// The reduction kernel; kept out of line so that the compiler cannot fold it into the timing loop.
+[[gnu::noinline]] void reduce_add(const float* __restrict a, const float* __restrict b, float* __restrict c,
+                                  std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
+}
+
+[[gnu::noinline]] void copy_bytes(void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); }
+
+/// Best time in seconds of `reps` runs of `f`.
+template <class F>
+double best_of(int reps, F&& f) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+void usage(std::FILE* f) {
+  std::fprintf(f,
+               "usage: gsync-membw [--size SIZE] [--reps N] [--json FILE]\n"
+               "  --size SIZE   bytes per buffer, K/M/G suffixes (default 64M)\n"
+               "  --reps N      runs per kernel, the best is reported (default 10)\n"
+               "  --json FILE   also write the results to FILE as JSON\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t size = std::size_t{64} << 20;
+  int reps = 10;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gsync-membw: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--size") {
+      const auto v = value();
+      const auto s = parse_size(v);
+      if (!s || *s < 4096) {
+        std::fprintf(stderr, "gsync-membw: --size '%.*s' is not a size of at least 4K\n", static_cast<int>(v.size()),
+                     v.data());
+        return 2;
+      }
+      size = *s;
+    } else if (a == "--reps") {
+      const std::string v(value());
+      char* end = nullptr;
+      const long r = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || r < 1 || r > 100000) {
+        std::fprintf(stderr, "gsync-membw: --reps '%s' is not an integer in [1, 100000]\n", v.c_str());
+        return 2;
+      }
+      reps = static_cast<int>(r);
+    } else if (a == "--json") {
+      json_path = std::string(value());
+    } else {
+      std::fprintf(stderr, "gsync-membw: unknown option '%s' (see -h)\n", argv[i]);
+      return 2;
+    }
+  }
+
+  const std::size_t n = size / sizeof(float);
+  size = n * sizeof(float);
+  std::vector<float> a(n), b(n), c(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 1024);
+    b[i] = static_cast<float>((i * 3) % 1024);
+  }
+
+  // One untimed run of each kernel, then the timed runs.
+  copy_bytes(c.data(), a.data(), size);
+  reduce_add(a.data(), b.data(), c.data(), n);
+  const double t_copy = best_of(reps, [&] { copy_bytes(c.data(), a.data(), size); });
+  if (std::memcmp(c.data(), a.data(), size) != 0) {
+    std::fprintf(stderr, "gsync-membw: copy produced a wrong result\n");
+    return 3;
+  }
+  const double t_reduce = best_of(reps, [&] { reduce_add(a.data(), b.data(), c.data(), n); });
+  for (std::size_t i = 0; i < n; i += 4099) {
+    if (c[i] != a[i] + b[i]) {
+      std::fprintf(stderr, "gsync-membw: reduce produced a wrong result\n");
+      return 3;
+    }
+  }
+
+  const double gb = static_cast<double>(size) / 1e9;
+  const double copy_rate = gb / t_copy, copy_traffic = 2 * gb / t_copy;
+  const double reduce_rate = gb / t_reduce, reduce_traffic = 3 * gb / t_reduce;
+
+  std::printf("# gsync-membw: single thread, %zu bytes per buffer (%.0f MiB), best of %d\n", size,
+              static_cast<double>(size) / (1 << 20), reps);
+  std::printf("# %-28s %10s %12s %14s\n", "kernel", "time (ms)", "rate (GB/s)", "traffic (GB/s)");
+  std::printf("  %-28s %10.3f %12.2f %14.2f\n", "copy (memcpy)", t_copy * 1e3, copy_rate, copy_traffic);
+  std::printf("  %-28s %10.3f %12.2f %14.2f\n", "reduce (c=a+b, float32)", t_reduce * 1e3, reduce_rate,
+              reduce_traffic);
+  std::printf("# rate = buffer bytes / time; traffic = all bytes read and written / time\n");
+
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "gsync-membw: cannot open --json file '%s'\n", json_path.c_str());
+      return 2;
+    }
+    std::fprintf(f,
+                 "{\"bytes\": %zu, \"reps\": %d, \"threads\": 1,\n"
+                 " \"copy\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g},\n"
+                 " \"reduce\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g}}\n",
+                 size, reps, t_copy * 1e6, copy_rate, copy_traffic, t_reduce * 1e6, reduce_rate, reduce_traffic);
+    const bool bad = std::ferror(f) != 0;
+    if (std::fclose(f) != 0 || bad) {
+      std::fprintf(stderr, "gsync-membw: writing '%s' failed\n", json_path.c_str());
+      return 3;
+    }
+  }
+  return 0;
+}
