@@ -54,24 +54,36 @@ struct buffers {
   explicit buffers(std::size_t max_bytes) : a(max_bytes / 8 + 1), b(max_bytes / 8 + 1) {}
 };
 
-// The 4M case dominates the run time, so it runs in one placement per (dtype, op), alternating,
-// and over TCP only for the smallest, largest and the two float types most used for gradients.
-template <class T, class Op, class Comm>
-void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
+// Runs one allreduce with algorithm policy Algo; in place when in and out are the same memory.
+template <class Algo, class Comm, class T, class Op>
+void run(Comm& comm, std::span<const T> in, std::span<T> out, Op op) {
+  if (static_cast<const void*>(in.data()) == static_cast<const void*>(out.data()))
+    gsync::allreduce<Algo>(comm, out, op);
+  else
+    gsync::allreduce<Algo>(comm, in, out, op);
+}
+
+// Each algorithm runs every count except the 4M one, which runs with the automatic choice (the
+// ring) in one placement per (dtype, op), alternating, and over TCP only for the smallest, largest
+// and the two float types most used for gradients: it dominates the run time.
+template <class T, class Op, class Algo, class Comm>
+void sweep_algo(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
+  constexpr bool is_auto = std::is_same_v<Algo, gsync::algo::automatic>;
   const int n = comm.size(), r = comm.rank();
   for (const auto& cc : counts_for(n)) {
     for (int in_place = 0; in_place < 2; ++in_place) {
+      if ((cc.count == large_count()) != is_auto) continue;
       if (cc.count == large_count() && in_place != large_placement) continue;
       const std::size_t count = cc.count;
       std::span<T> in(reinterpret_cast<T*>(buf.a.data()), count), out(reinterpret_cast<T*>(buf.b.data()), count);
       for (std::size_t i = 0; i < count; ++i) in[i] = input<T, Op>(r, i);
       comm.set_segment_bytes(cc.segment_bytes);
       if (in_place) {
-        gsync::allreduce(comm, in, Op{});
+        run<Algo>(comm, std::span<const T>{in}, in, Op{});
         std::swap(in, out);
       } else {
         std::memset(static_cast<void*>(out.data()), 0xA5, count * sizeof(T));
-        gsync::allreduce(comm, std::span<const T>{in}, out, Op{});
+        run<Algo>(comm, std::span<const T>{in}, out, Op{});
         // Out of place must not touch the input.
         for (std::size_t i = 0; i < count; i += 997)
           if (std::memcmp(&in[i], &(const T&)input<T, Op>(r, i), sizeof(T)) != 0) {
@@ -82,7 +94,7 @@ void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transp
       sync.outputs[r] = out.data();
       sync.bar.arrive_and_wait();
       const std::string what = std::string(transport) + " N=" + std::to_string(n) + " " +
-                               std::string(gsync::name(gsync::dtype_of<T>)) + " " + std::string(Op::name) +
+                               std::string(gsync::name(gsync::dtype_of<T>)) + " " + std::string(Op::name) + " " + std::string(Algo::name) +
                                " count=" + std::to_string(count) + (in_place ? " in-place" : " out-of-place");
       if (count && std::memcmp(out.data(), sync.outputs[0], count * sizeof(T)) != 0)
         fails.add(what + ": rank " + std::to_string(r) + " result differs from rank 0's");
@@ -96,6 +108,13 @@ void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transp
       sync.bar.arrive_and_wait();
     }
   }
+}
+
+template <class T, class Op, class Comm>
+void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
+  sweep_algo<T, Op, gsync::algo::ring>(comm, sync, fails, transport, buf, -1);
+  sweep_algo<T, Op, gsync::algo::recursive_doubling>(comm, sync, fails, transport, buf, -1);
+  sweep_algo<T, Op, gsync::algo::automatic>(comm, sync, fails, transport, buf, large_placement);
 }
 
 template <class T, class Comm>

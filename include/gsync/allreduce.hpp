@@ -16,7 +16,8 @@
 /// (transport/tcp.hpp, transport/inproc.hpp).
 ///
 /// Memory: no allocation proportional to the message. Out of place, the input is only read. The
-/// only scratch is the transport's fixed staging buffer (256 KiB per TCP communicator, none in-process).
+/// only scratch is fixed per communicator: the TCP transport's 256 KiB staging buffer and the
+/// communicator's 256 KiB scratch buffer (used by recursive doubling).
 
 #include <span>
 #include <string>
@@ -46,7 +47,7 @@ constexpr std::string_view op_name() {
 template <class Algo, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
   const std::size_t seg = std::max<std::size_t>(1, comm.segment_bytes() / sizeof(T));
-  host_primitives<T, Op, X> p(comm.transport(), id, in, out, count, seg, op, comm.make_deadline());
+  host_primitives<T, Op, X> p(comm.transport(), id, in, out, count, seg, op, comm.make_deadline(), comm.scratch());
   Algo::allreduce(p);
 }
 

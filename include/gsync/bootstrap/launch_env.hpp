@@ -24,6 +24,7 @@ struct launch_info {
   int rank = 0;                 ///< global rank
   int size = 1;                 ///< world size
   int local_rank = 0;           ///< rank among the processes of this host
+  int local_size = 0;           ///< processes on this host (0 = the launcher did not say)
   std::string master_addr = "127.0.0.1";  ///< host of the store (rank 0)
   std::uint16_t master_port = 29500;      ///< port of the store
   std::string source;           ///< which launcher's variables were used ("gsync", "torchrun", ...)
@@ -31,12 +32,12 @@ struct launch_info {
   /// Reads the environment; throws invalid_argument when no launcher's variables are present or
   /// they are inconsistent.
   static launch_info from_env() {
-    struct scheme { const char* name; const char* rank; const char* size; const char* local; };
+    struct scheme { const char* name; const char* rank; const char* size; const char* local; const char* local_size; };
     static constexpr scheme schemes[] = {
-        {"gsync", "GSYNC_RANK", "GSYNC_WORLD_SIZE", "GSYNC_LOCAL_RANK"},
-        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-        {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+        {"gsync", "GSYNC_RANK", "GSYNC_WORLD_SIZE", "GSYNC_LOCAL_RANK", "GSYNC_LOCAL_WORLD_SIZE"},
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+        {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
     };
     launch_info li;
     bool found = false;
@@ -46,6 +47,8 @@ struct launch_info {
       li.rank = static_cast<int>(*detail::env_int(s.rank, 0, li.size - 1));
       auto lr = detail::env_int(s.local, 0, li.size - 1);
       li.local_rank = lr ? static_cast<int>(*lr) : li.rank;
+      if (s.local_size)
+        if (auto ls = detail::env_int(s.local_size, 1, li.size)) li.local_size = static_cast<int>(*ls);
       li.source = s.name;
       found = true;
       break;

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
+#include <span>
 #include <string>
 
 #include "gsync/bootstrap/launch_env.hpp"
@@ -27,7 +29,8 @@ class communicator {
 
   /// Wraps an established transport endpoint.
   explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
-      : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank) {}
+      : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank),
+        scratch_(new (std::align_val_t{64}) std::byte[scratch_bytes]) {}
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
   /// transports that can bootstrap themselves, such as TCP.
@@ -73,6 +76,11 @@ class communicator {
 
   /// The transport endpoint (for primitives and algorithms).
   X& transport() noexcept { return *x_; }
+  /// Size of the communicator's fixed scratch buffer (allocated once, at construction).
+  static constexpr std::size_t scratch_bytes = 256 << 10;
+  /// The scratch buffer, for schedules that must hold a whole incoming message before combining it.
+  std::span<std::byte> scratch() noexcept { return {scratch_.get(), scratch_bytes}; }
+
   /// This rank's logger.
   const logger& log() const noexcept { return log_; }
 
@@ -92,6 +100,10 @@ class communicator {
   int local_rank_ = 0;
   std::uint64_t seq_ = 0;
   std::set<std::string> logged_shapes_;
+  struct aligned_delete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte[], aligned_delete> scratch_;
 };
 
 }  // namespace gsync

@@ -9,8 +9,11 @@
 ///   recv_reduce(from, dst, local, final)   dst = local (op) incoming   [then finalize]
 ///   recv_reduce_send(from, to, dst, local, final)  the same, then queue dst for `to`
 ///   recv_copy_send(from, to, dst)          recv, then queue dst for `to`
-/// plus `copy_final` (local copy with finalize, for one-rank worlds) and `finish()` (wait until
-/// every queued send has left the operation's buffers). Algorithms never see sockets or raw memory:
+/// plus local steps: `reduce(dst, a, b, final)` (dst = a (op) b; dst may be a or b), `copy`,
+/// `copy_final` (copy with finalize, for one-rank worlds), and `finish()` (wait until every queued
+/// send has left the operation's buffers). `scratch(range)` names part of the communicator's fixed
+/// scratch buffer (`scratch_elems()` elements), for schedules that must receive a whole message
+/// before combining it. Algorithms never see sockets or raw memory:
 /// a `region` is opaque to them, so device memory (a CUDA reduction on a stream) or registered RDMA
 /// memory plug in by providing another primitives type with the same vocabulary.
 ///
@@ -19,6 +22,7 @@
 /// scratch is allocated; a plain recv lands directly in dst.
 
 #include <cstddef>
+#include <cstring>
 #include <span>
 
 #include "gsync/core/chunking.hpp"
@@ -51,16 +55,23 @@ class host_primitives {
   /// \param x transport; \param id identity of the operation's messages; \param in input (may equal
   /// out); \param out output; \param count elements; \param segment_elems pipelining unit;
   /// \param op operator; \param dl deadline of every wait in this operation.
+  /// \param scratch the communicator's scratch buffer (aligned for any element type).
   host_primitives(X& x, message_id id, const T* in, T* out, std::size_t count, std::size_t segment_elems,
-                  Op op, deadline dl)
+                  Op op, deadline dl, std::span<std::byte> scratch = {})
       : x_(x), id_(id), in_(const_cast<T*>(in)), out_(out), count_(count),
-        segment_elems_(segment_elems == 0 ? 1 : segment_elems), op_(op), dl_(dl) {}
+        segment_elems_(segment_elems == 0 ? 1 : segment_elems), op_(op), dl_(dl),
+        scratch_(reinterpret_cast<T*>(scratch.data())), scratch_elems_(scratch.size() / sizeof(T)) {}
 
   int rank() const { return x_.rank(); }              ///< this rank
   int size() const { return x_.size(); }              ///< world size
   std::size_t count() const { return count_; }        ///< elements in the operation
   std::size_t segment_elems() const { return segment_elems_; }  ///< pipelining unit in elements
   bool in_place() const { return in_ == out_; }       ///< input and output are the same buffer
+
+  /// Elements that fit in the scratch buffer.
+  std::size_t scratch_elems() const { return scratch_elems_; }
+  /// A range of the scratch buffer (r.offset + r.count <= scratch_elems()).
+  region<T> scratch(range r) const { return {scratch_ + r.offset, r.count}; }
 
   /// A range of the input buffer (read only for primitives).
   region<T> in(range r) const { return {in_ + r.offset, r.count}; }
@@ -94,6 +105,17 @@ class host_primitives {
   /// dst = finalize(src) (a copy for ops without finalize); used when no peer contributes.
   void copy_final(region<T> dst, region<T> src) { detail::finalize_copy(dst.p_, src.p_, src.n_, op_, size()); }
 
+  /// dst = a (op) b, then finalize when `final`; dst may be the same region as a or b.
+  void reduce(region<T> dst, region<T> a, region<T> b, bool final) {
+    if (final) reduce_impl<true>(dst, a, b);
+    else reduce_impl<false>(dst, a, b);
+  }
+
+  /// dst = src (no-op when they are the same region).
+  void copy(region<T> dst, region<T> src) {
+    if (dst.p_ != src.p_ && src.n_) std::memcpy(static_cast<void*>(dst.p_), src.p_, src.n_ * sizeof(T));
+  }
+
   /// Wait until every queued send has released its source bytes.
   void finish() { x_.flush_sends(dl_); }
 
@@ -115,6 +137,12 @@ class host_primitives {
                    },
                    dl_);
   }
+  template <bool Final>
+  void reduce_impl(region<T> dst, region<T> a, region<T> b) {
+    if (dst.p_ == a.p_) detail::reduce_inplace<Final>(dst.p_, b.p_, dst.n_, op_, size());
+    else if (dst.p_ == b.p_) detail::reduce_inplace_rhs<Final>(dst.p_, a.p_, dst.n_, op_, size());
+    else detail::reduce_to<Final>(dst.p_, a.p_, b.p_, dst.n_, op_, size());
+  }
   static const std::byte* bytes(const T* p) { return reinterpret_cast<const std::byte*>(p); }
   static std::byte* wbytes(T* p) { return reinterpret_cast<std::byte*>(p); }
 
@@ -126,6 +154,8 @@ class host_primitives {
   std::size_t segment_elems_;
   Op op_;
   deadline dl_;
+  T* scratch_;
+  std::size_t scratch_elems_;
 };
 
 }  // namespace gsync

@@ -57,6 +57,18 @@ constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::siz
   for (; i < n; ++i) dst[i] = combine<Final>(dst[i], b[i], op, world);
 }
 
+/// dst[i] = op(a[i], dst[i]) (then finalize when `Final`): the in-place form with the local value
+/// on the right, so that every rank can combine "lower ranks first" whatever buffer holds what.
+template <bool Final, class T, class Op>
+constexpr void reduce_inplace_rhs(T* __restrict dst, const T* __restrict a, std::size_t n, const Op& op,
+                                  int world) noexcept {
+  constexpr std::size_t B = block_elems<T>;
+  std::size_t i = 0;
+  for (; i + B <= n; i += B)
+    for (std::size_t j = 0; j < B; ++j) dst[i + j] = combine<Final>(a[i + j], dst[i + j], op, world);
+  for (; i < n; ++i) dst[i] = combine<Final>(a[i], dst[i], op, world);
+}
+
 /// dst[i] = finalize(src[i]) for a one-rank world (or a plain copy when the op has no finalize).
 /// dst may equal src.
 template <class T, class Op>

@@ -31,6 +31,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gsync/bootstrap/interface.hpp"
@@ -49,6 +50,10 @@ namespace gsync::transport {
 struct tcp_options {
   int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets
   std::size_t staging_bytes = 256 << 10;      ///< recv_stream staging buffer
+  /// Microseconds a wait polls without sleeping before it blocks in poll(2) (GSYNC_SPIN_US).
+  /// -1: automatic, 50 us when this host runs no more ranks than it has cores, else 0 (spinning
+  /// on an oversubscribed host would steal the core from the rank being waited for).
+  int spin_us = -1;
 };
 
 /// TCP transport endpoint of one rank (see file comment).
@@ -85,6 +90,11 @@ class tcp {
     if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
     if (rank_ == 0) store_->wait({"gsync/ready_all"}, dl);
     staging_.reset(new (std::align_val_t{64}) std::byte[opt_.staging_bytes]);
+    if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
+    if (opt_.spin_us < 0) {
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      opt_.spin_us = li.local_size > 0 && static_cast<unsigned>(li.local_size) <= cores ? 50 : 0;
+    }
     log_.info("connected to " + std::to_string(size_ - 1) + " peers over TCP");
   }
   tcp(const tcp&) = delete;
@@ -117,9 +127,9 @@ class tcp {
     check_usable();
     check_peer(peer);
     frame_header h;
-    read_exact(peer, reinterpret_cast<std::byte*>(&h), sizeof h, dl, id);
+    const std::size_t got = read_header(peer, h, dst, n, dl, id);
     check(h, id, n, peer);
-    read_exact(peer, dst, n, dl, id);
+    read_exact(peer, dst + got, n - got, dl, id);
   }
 
   /// Receives the next message from `peer` through the staging buffer, handing `consume` pieces
@@ -128,16 +138,18 @@ class tcp {
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
     check_usable();
     check_peer(peer);
-    frame_header h;
-    read_exact(peer, reinterpret_cast<std::byte*>(&h), sizeof h, dl, id);
-    check(h, id, n, peer);
     if (align == 0 || align > opt_.staging_bytes) align = 1;
     const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
-    std::size_t have = 0, remaining = n;
-    while (remaining > 0) {
-      std::size_t got = read_some(peer, staging_.get() + have, std::min(cap - have, remaining), dl, id);
-      have += got;
-      remaining -= got;
+    frame_header h;
+    std::size_t have = read_header(peer, h, staging_.get(), std::min(cap, n), dl, id);
+    check(h, id, n, peer);
+    std::size_t remaining = n - have;
+    for (bool first = true; first || remaining > 0; first = false) {
+      if (!first || have == 0) {
+        std::size_t got = read_some(peer, staging_.get() + have, std::min(cap - have, remaining), dl, id);
+        have += got;
+        remaining -= got;
+      }
       const std::size_t ready = have - have % align;
       if (ready == 0) continue;
       consume(std::span<const std::byte>(staging_.get(), ready));
@@ -279,19 +291,48 @@ class tcp {
     }
   }
 
+  // Reads the next frame header and, in the same system call when available, up to `n` payload
+  // bytes into dst (never more than the expected message, so a well-formed stream is never
+  // over-read; a malformed one fails the header check and poisons the transport anyway).
+  // Returns the payload bytes read.
+  std::size_t read_header(int peer, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id) {
+    std::size_t got = 0;
+    auto* hb = reinterpret_cast<char*>(&h);
+    while (got < sizeof h) {
+      iovec iov[2] = {{hb + got, sizeof h - got}, {dst, n}};
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = n ? 2 : 1;
+      ssize_t r = ::recvmsg(peers_[peer].fd, &mh, MSG_DONTWAIT);
+      if (r > 0) {
+        got += static_cast<std::size_t>(r);
+        continue;
+      }
+      if (r == 0) lost_while_receiving(peer, id, 0);
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lost_while_receiving(peer, id, errno);
+      wait_progress(peer, dl, id);
+    }
+    return got - sizeof h;
+  }
+
+  [[noreturn]] void lost_while_receiving(int peer, message_id id, int err) {
+    if (err == 0)
+      fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                                " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq));
+    fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) +
+                              " lost while receiving (" + detail::errno_text(err) + ")");
+  }
+
   // Reads up to n bytes from peer, waiting (and progressing sends) until at least one arrives.
   std::size_t read_some(int peer, std::byte* dst, std::size_t n, deadline dl, message_id id) {
     if (n == 0) return 0;
     for (;;) {
       ssize_t r = ::recv(peers_[peer].fd, dst, n, MSG_DONTWAIT);
       if (r > 0) return static_cast<std::size_t>(r);
-      if (r == 0)
-        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
-                                  " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq));
+      if (r == 0) lost_while_receiving(peer, id, 0);
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) +
-                                  " lost while receiving (" + detail::errno_text(errno) + ")");
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lost_while_receiving(peer, id, errno);
       wait_progress(peer, dl, id);
     }
   }
@@ -321,7 +362,13 @@ class tcp {
         }
       }
     if (pfds_.empty()) return;
-    int r = ::poll(pfds_.data(), pfds_.size(), detail::ms_left(dl));
+    int r = 0;
+    if (opt_.spin_us > 0) {  // short busy poll: a reply often comes within microseconds
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
+      do r = ::poll(pfds_.data(), pfds_.size(), 0);
+      while (r == 0 && std::chrono::steady_clock::now() < until);
+    }
+    if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), detail::ms_left(dl));
     if (r < 0) {
       if (errno == EINTR) return;
       fail(errc::system, "poll: " + detail::errno_text(errno));
