@@ -7,6 +7,7 @@
 /// react: retry on timeout, tear down on peer_lost); `what()` says, in words, which rank, which peer,
 /// which operation.
 
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -57,9 +58,14 @@ inline std::error_code make_error_code(errc e) noexcept {
 /// `catch (const gsync::error& e) { if (e.code() == gsync::errc::timeout) ... }`.
 class error : public std::system_error {
  public:
-  error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
+  error(errc e, const std::string& what) : std::system_error(make_error_code(e), what), what_(what) {}
   /// The gsync error kind of this exception.
   errc kind() const noexcept { return static_cast<errc>(code().value()); }
+  /// The message alone (std::system_error would append ": <code message>").
+  const char* what() const noexcept override { return what_.what(); }
+
+ private:
+  std::runtime_error what_;  // reference-counted: copying the exception never throws
 };
 
 }  // namespace gsync
