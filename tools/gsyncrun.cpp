@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -359,22 +360,44 @@ void mark_inherited_fds_cloexec() {
   }
 }
 
-/// Binds a TCP socket to 127.0.0.1:0 and returns the port the kernel picked.
-std::optional<int> pick_free_port() {
+/// True when a TCP socket can bind 127.0.0.1:`port` now (port 0: any; `*got` receives the port).
+bool can_bind(int port, int* got = nullptr) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) return std::nullopt;
+  if (s < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  std::optional<int> port;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
+  bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (ok && got) *got = ntohs(addr.sin_port);
   ::close(s);
-  return port;
+  return ok;
+}
+
+/// A free port for the store. Chosen at random below the kernel's ephemeral range (read from
+/// /proc/sys/net/ipv4/ip_local_port_range), so that no outgoing connection can take it between
+/// this check and rank 0's bind; falls back to a kernel-chosen port.
+std::optional<int> pick_free_port() {
+  int lo = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &lo) != 1) lo = 32768;
+    std::fclose(f);
+  }
+  const int base = 10000;
+  if (lo > base + 1000) {
+    std::uint64_t x = static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    for (int i = 0; i < 64; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const int port = base + static_cast<int>((x >> 33) % static_cast<std::uint64_t>(lo - base));
+      if (can_bind(port)) return port;
+    }
+  }
+  int port = 0;
+  if (can_bind(0, &port)) return port;
+  return std::nullopt;
 }
 
 /// Splits PATH and returns the candidate files execvp would try for `program`.

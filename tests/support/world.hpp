@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <barrier>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -18,18 +20,23 @@
 
 namespace gsync_test {
 
-/// A free TCP port on 127.0.0.1 (bound once, released; collisions are possible but rare).
+/// A free TCP port on 127.0.0.1, chosen at random below the kernel's ephemeral range so that no
+/// outgoing connection of a concurrently running test can take it before the store binds it.
 inline std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::atomic<std::uint64_t> x{static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+                                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  for (;;) {
+    const std::uint64_t v = x.fetch_add(0x9E3779B97F4A7C15ull) * 6364136223846793005ull;
+    const auto port = static_cast<std::uint16_t>(10000 + (v >> 33) % 22000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
 }
 
 /// Shared state of one test world's threads.

@@ -6,7 +6,9 @@
 /// the receiver copies or reduces straight from the sender's memory, then releases the sender's
 /// pending count. No bytes are staged. Used by the fast unit tests and by anyone who wants
 /// gsync collectives between threads. A rank whose transport is destroyed, or that failed, is
-/// marked gone, and peers waiting on it get `errc::peer_lost` instead of waiting forever.
+/// marked gone, and peers waiting on it get `errc::peer_lost` instead of waiting forever. A rank
+/// whose operation fails withdraws its queued messages and waits until no peer is still copying
+/// from its buffers before the error reaches the caller, so the caller may free them at once.
 
 #include <condition_variable>
 #include <cstring>
@@ -42,7 +44,9 @@ class inproc_world {
   struct rank_state {
     std::condition_variable cv;  // signalled when a message arrives for this rank or its sends complete
     std::size_t pending_sends = 0;
+    int readers = 0;             // receivers copying from this rank's memory right now
     bool gone = false;
+    std::string why;             // first error of this rank, for later calls
   };
   std::mutex m_;
   int size_;
@@ -64,20 +68,20 @@ class inproc {
   int size() const noexcept { return w_->size(); }     ///< world size
   std::string_view name() const noexcept { return "inproc"; }  ///< transport name for logs
 
-  /// Marks this rank gone: peers waiting on it fail with peer_lost.
+  /// Marks this rank gone: peers waiting on it fail with peer_lost. Messages it queued are
+  /// withdrawn, and the call returns only once no peer is still copying from its memory.
   void leave() {
     if (!w_) return;
-    std::lock_guard lk(w_->m_);
-    if (w_->ranks_[rank_].gone) return;
-    w_->ranks_[rank_].gone = true;
-    for (auto& r : w_->ranks_) r.cv.notify_all();
+    std::unique_lock lk(w_->m_);
+    withdraw(lk, "it left");
   }
 
   /// Queues a descriptor of [src, src+n) for `peer`.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
     check_peer(peer);
-    std::lock_guard lk(w_->m_);
-    if (w_->ranks_[peer].gone) throw error(errc::peer_lost, who() + "cannot send to rank " + std::to_string(peer) + ": it has left");
+    std::unique_lock lk(w_->m_);
+    check_usable(lk);
+    if (w_->ranks_[peer].gone) fail(lk, errc::peer_lost, who() + "cannot send to rank " + std::to_string(peer) + ": it has left");
     w_->box(rank_, peer).push_back({make_header(id, n), src});
     ++w_->ranks_[rank_].pending_sends;
     w_->ranks_[peer].cv.notify_all();
@@ -97,13 +101,14 @@ class inproc {
   /// Waits until every message this rank sent has been consumed.
   void flush_sends(deadline dl) {
     std::unique_lock lk(w_->m_);
+    check_usable(lk);
     auto& me = w_->ranks_[rank_];
     while (me.pending_sends != 0) {
       for (int p = 0; p < size(); ++p)
         if (p != rank_ && w_->ranks_[p].gone && !w_->box(rank_, p).empty())
-          throw error(errc::peer_lost, who() + "rank " + std::to_string(p) + " left before receiving this rank's data");
+          fail(lk, errc::peer_lost, who() + "rank " + std::to_string(p) + " left before receiving this rank's data");
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends != 0)
-        throw error(errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends) + " message(s)");
+        fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends) + " message(s)");
     }
   }
 
@@ -112,24 +117,59 @@ class inproc {
   void take(int peer, message_id id, std::size_t n, deadline dl, F&& use) {
     check_peer(peer);
     std::unique_lock lk(w_->m_);
+    check_usable(lk);
     auto& me = w_->ranks_[rank_];
+    auto& sender = w_->ranks_[peer];
     auto& q = w_->box(peer, rank_);
     while (q.empty()) {
-      if (w_->ranks_[peer].gone)
-        throw error(errc::peer_lost, who() + "rank " + std::to_string(peer) + " left while this rank waited for its data");
+      if (sender.gone)
+        fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " left while this rank waited for its data");
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && q.empty())
-        throw error(errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
-                                       " (op #" + std::to_string(id.seq) + ")");
+        fail(lk, errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
+                                    " (op #" + std::to_string(id.seq) + ")");
     }
     inproc_world::message m = q.front();
-    check_header(m.h, id, n, rank_, peer);
-    // The sender's bytes stay valid until its pending count drops, so the copy can run unlocked.
+    try {
+      check_header(m.h, id, n, rank_, peer);
+    } catch (const error& e) {
+      fail(lk, e.kind(), e.what());
+    }
+    // The copy runs unlocked; the sender's `readers` count keeps its memory alive meanwhile (a
+    // sender that fails or leaves waits for it to drop before its buffers can go away).
+    ++sender.readers;
     lk.unlock();
     use(m.p);
     lk.lock();
+    if (--sender.readers == 0) sender.cv.notify_all();
+    if (sender.gone)  // withdrawn while we copied: the sender failed, so must we
+      fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " failed while this rank received its data");
     q.pop_front();
-    auto& sender = w_->ranks_[peer];
     if (--sender.pending_sends == 0) sender.cv.notify_all();
+  }
+
+  // Withdraws this rank's queued messages, marks it gone (waking every waiter) and waits until no
+  // receiver is still copying from its memory. Called with the world lock held.
+  void withdraw(std::unique_lock<std::mutex>& lk, const std::string& why) {
+    auto& me = w_->ranks_[rank_];
+    if (!me.gone) {
+      me.gone = true;
+      me.why = why;
+      for (int p = 0; p < size(); ++p) w_->box(rank_, p).clear();
+      me.pending_sends = 0;
+      for (auto& r : w_->ranks_) r.cv.notify_all();
+    }
+    while (me.readers > 0) me.cv.wait(lk);
+  }
+  [[noreturn]] void fail(std::unique_lock<std::mutex>& lk, errc kind, const std::string& msg) {
+    withdraw(lk, msg);
+    throw error(kind, msg);
+  }
+  void check_usable(std::unique_lock<std::mutex>& lk) {
+    auto& me = w_->ranks_[rank_];
+    if (me.gone) {
+      lk.unlock();
+      throw error(errc::aborted, who() + "communicator unusable after an earlier error: " + me.why);
+    }
   }
   void check_peer(int peer) const {
     if (peer < 0 || peer >= size() || peer == rank_)

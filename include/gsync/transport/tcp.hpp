@@ -64,6 +64,11 @@ class tcp {
   tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt = {})
       : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
     const deadline dl = std::chrono::steady_clock::now() + timeout;
+    if (auto b = detail::env("GSYNC_SOCKET_BUFFER")) {
+      auto v = detail::parse_size(*b);
+      if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
+      opt_.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
+    }
     auto master = detail::resolve_host(io_, li.master_addr);
     if (rank_ == 0) {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
@@ -405,8 +410,11 @@ class tcp {
       broken_ = true;
       broken_kind_ = kind;
       broken_msg_ = msg;
-      for (auto& p : peers_)
+      for (auto& p : peers_) {
         if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
+        p.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
+      }
+      queued_ = 0;
       log_.warn(msg);
     }
     throw error(kind, msg);
