@@ -497,7 +497,7 @@ void print_row(const row& r) {
   char wrong[32];
   if (r.wrong) std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(*r.wrong));
   else std::snprintf(wrong, sizeof wrong, "N/A");
-  std::printf("%13zu %13zu %9s %6s %6s %11.2f %10.3f %10.3f %7s\n", r.bytes, r.count, r.dtype.c_str(), r.redop.c_str(),
+  std::printf("%13zu %13zu %9s %6s %18s %11.2f %10.3f %10.3f %7s\n", r.bytes, r.count, r.dtype.c_str(), r.redop.c_str(),
               r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong);
   std::fflush(stdout);
 }
@@ -694,9 +694,9 @@ int run(int argc, char** argv) {
     std::printf("# sizes: %s .. %s, %s; time = max over ranks of the mean per iteration\n",
                 human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(), step);
     std::printf("#\n");
-    std::printf("# %11s %13s %9s %6s %6s %11s %10s %10s %7s\n", "size", "count", "type", "redop", "algo", "time",
+    std::printf("# %11s %13s %9s %6s %18s %11s %10s %10s %7s\n", "size", "count", "type", "redop", "algo", "time",
                 "algbw", "busbw", "#wrong");
-    std::printf("# %11s %13s %9s %6s %6s %11s %10s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+    std::printf("# %11s %13s %9s %6s %18s %11s %10s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
                 "(GB/s)", "");
     std::fflush(stdout);
   }
