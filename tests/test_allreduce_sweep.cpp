@@ -64,16 +64,14 @@ void run(Comm& comm, std::span<const T> in, std::span<T> out, Op op) {
 }
 
 // Each algorithm runs every count except the 4M one, which runs with the automatic choice (the
-// ring) in one placement per (dtype, op), alternating, and over TCP only for the smallest, largest
-// and the two float types most used for gradients: it dominates the run time.
+// ring), in place and out of place, for every dtype and op.
 template <class T, class Op, class Algo, class Comm>
-void sweep_algo(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
+void sweep_algo(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
   constexpr bool is_auto = std::is_same_v<Algo, gsync::algo::automatic>;
   const int n = comm.size(), r = comm.rank();
   for (const auto& cc : counts_for(n)) {
     for (int in_place = 0; in_place < 2; ++in_place) {
       if ((cc.count == large_count()) != is_auto) continue;
-      if (cc.count == large_count() && in_place != large_placement) continue;
       const std::size_t count = cc.count;
       std::span<T> in(reinterpret_cast<T*>(buf.a.data()), count), out(reinterpret_cast<T*>(buf.b.data()), count);
       for (std::size_t i = 0; i < count; ++i) in[i] = input<T, Op>(r, i);
@@ -111,24 +109,19 @@ void sweep_algo(Comm& comm, world_sync& sync, failures& fails, const char* trans
 }
 
 template <class T, class Op, class Comm>
-void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf, int large_placement) {
-  sweep_algo<T, Op, gsync::algo::ring>(comm, sync, fails, transport, buf, -1);
-  sweep_algo<T, Op, gsync::algo::recursive_doubling>(comm, sync, fails, transport, buf, -1);
-  sweep_algo<T, Op, gsync::algo::automatic>(comm, sync, fails, transport, buf, large_placement);
+void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
+  sweep_algo<T, Op, gsync::algo::ring>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::recursive_doubling>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::automatic>(comm, sync, fails, transport, buf);
 }
 
 template <class T, class Comm>
 void sweep_ops(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
-  constexpr bool tcp_large = std::is_same_v<T, float> || std::is_same_v<T, gsync::bfloat16> ||
-                             std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::int64_t>;
-  const bool large = std::string(transport) == "inproc" || tcp_large;
-  const int shift = static_cast<int>(sizeof(T)) + (std::is_signed_v<T> ? 1 : 0);
-  auto placement = [&](int k) { return large ? (k + shift) % 2 : -1; };
-  sweep_one<T, gsync::op::sum>(comm, sync, fails, transport, buf, placement(0));
-  sweep_one<T, gsync::op::prod>(comm, sync, fails, transport, buf, placement(1));
-  sweep_one<T, gsync::op::min>(comm, sync, fails, transport, buf, placement(2));
-  sweep_one<T, gsync::op::max>(comm, sync, fails, transport, buf, placement(3));
-  sweep_one<T, gsync::op::avg>(comm, sync, fails, transport, buf, placement(4));
+  sweep_one<T, gsync::op::sum>(comm, sync, fails, transport, buf);
+  sweep_one<T, gsync::op::prod>(comm, sync, fails, transport, buf);
+  sweep_one<T, gsync::op::min>(comm, sync, fails, transport, buf);
+  sweep_one<T, gsync::op::max>(comm, sync, fails, transport, buf);
+  sweep_one<T, gsync::op::avg>(comm, sync, fails, transport, buf);
 }
 
 template <class Comm>
