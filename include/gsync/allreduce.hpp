@@ -61,7 +61,7 @@ void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t coun
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
                           std::string(op_name<Op>()) + ")";
       if (comm.first_time(shape)) {
-        algo::visit(ch.id, [&](auto a) { shape += " -> " + std::string(decltype(a)::name) + ": " + ch.reason; });
+        shape += " -> " + std::string(algo::name(ch.id)) + ": " + ch.reason();
         comm.log().info(shape);
       }
     }

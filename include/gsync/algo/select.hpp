@@ -46,12 +46,6 @@ inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::stri
                                           "' (valid: " + std::string(allreduce_names) + ")");
 }
 
-/// A decision and why it was made.
-struct choice {
-  allreduce_id id;
-  std::string reason;
-};
-
 /// Largest buffer for which recursive doubling beats the ring over `world` ranks.
 /// Measured on loopback TCP (2 cores): at 2 and 4 ranks recursive doubling is faster up to
 /// 128 KiB; beyond 4 ranks its log2(N) whole-buffer transfers cost more, so the limit shrinks.
@@ -60,18 +54,34 @@ inline std::size_t recursive_doubling_limit(int world) {
   return 32 << 10;
 }
 
+/// A decision, with what it was made from. The choice runs on every collective, so the
+/// explanation (`reason()`) is only formatted when somebody asks for it (INFO logging).
+struct choice {
+  allreduce_id id;                ///< the algorithm chosen
+  std::size_t bytes;              ///< message size
+  int world;                      ///< ranks
+  std::string_view transport;     ///< transport name
+  std::string_view forced;        ///< GSYNC_ALGO value, empty when automatic
+
+  /// Why `id` was chosen, in words.
+  std::string reason() const {
+    if (!forced.empty() && forced != "auto" && forced != "automatic") return "forced by GSYNC_ALGO=" + std::string(forced);
+    const std::size_t limit = recursive_doubling_limit(world);
+    const std::string where = " B on " + std::to_string(world) + " ranks over " + std::string(transport);
+    if (id == allreduce_id::recursive_doubling)
+      return std::to_string(bytes) + " B <= " + std::to_string(limit) + where +
+             ": latency-bound, log2(N) whole-buffer exchanges beat 2(N-1) ring steps";
+    return std::to_string(bytes) + " B > " + std::to_string(limit) + where +
+           ": bandwidth-bound, the pipelined ring moves 2(N-1)/N of the buffer";
+  }
+};
+
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
-/// honouring `forced` (from GSYNC_ALGO).
+/// honouring `forced` (from GSYNC_ALGO). Allocation-free.
 inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced) {
-  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, "forced by GSYNC_ALGO=" + std::string(forced)};
-  const std::size_t limit = recursive_doubling_limit(world);
-  const std::string where = std::to_string(world) + " ranks over " + std::string(transport_name);
-  if (bytes <= limit)
-    return {allreduce_id::recursive_doubling,
-            std::to_string(bytes) + " B <= " + std::to_string(limit) + " B on " + where +
-                ": latency-bound, log2(N) whole-buffer exchanges beat 2(N-1) ring steps"};
-  return {allreduce_id::ring, std::to_string(bytes) + " B > " + std::to_string(limit) + " B on " + where +
-                                  ": bandwidth-bound, the pipelined ring moves 2(N-1)/N of the buffer"};
+  allreduce_id id = bytes <= recursive_doubling_limit(world) ? allreduce_id::recursive_doubling : allreduce_id::ring;
+  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) id = *f;
+  return {id, bytes, world, transport_name, forced};
 }
 
 /// Calls `f(Algo{})` with the algorithm type for `id`.

@@ -17,6 +17,7 @@
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/detail/aligned_buffer.hpp"
 
 namespace gsync {
 
@@ -30,7 +31,7 @@ class communicator {
   /// Wraps an established transport endpoint.
   explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
       : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank),
-        scratch_(new (std::align_val_t{64}) std::byte[scratch_bytes]) {}
+        scratch_(detail::make_aligned_bytes(scratch_bytes)) {}
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
   /// transports that can bootstrap themselves, such as TCP.
@@ -100,10 +101,7 @@ class communicator {
   int local_rank_ = 0;
   std::uint64_t seq_ = 0;
   std::set<std::string> logged_shapes_;
-  struct aligned_delete {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte[], aligned_delete> scratch_;
+  detail::aligned_bytes scratch_;
 };
 
 }  // namespace gsync

@@ -41,6 +41,7 @@
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/transport/frame.hpp"
 
@@ -94,7 +95,7 @@ class tcp {
     // rank has finished looking up addresses.
     if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
     if (rank_ == 0) store_->wait({"gsync/ready_all"}, dl);
-    staging_.reset(new (std::align_val_t{64}) std::byte[opt_.staging_bytes]);
+    staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
     if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
     if (opt_.spin_us < 0) {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -430,8 +431,7 @@ class tcp {
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
   std::size_t queued_ = 0;
-  struct aligned_delete { void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); } };
-  std::unique_ptr<std::byte[], aligned_delete> staging_;
+  detail::aligned_bytes staging_;
   std::vector<pollfd> pfds_;
   std::vector<int> pidx_;
   bool broken_ = false;
