@@ -4,8 +4,13 @@
 //
 // --die-rank R --die-after-ms M: rank R exits abruptly (_exit(3)) M ms into a loop of large
 // allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 for another
-// kind (so a script can assert how survivors failed, and how fast).
+// kind (so a script can assert how survivors failed, and how fast). --die-rank -1 with
+// --loop: every rank loops until killed from outside.
+// --orphan-shm: this rank creates /dev/shm/gsync-PID-orphan (as a rank killed during setup would
+// leave it) and exits 3; the launcher must remove it.
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,15 +46,23 @@ int check(gsync::tcp_communicator& comm, std::size_t count, bool in_place) {
 
 int main(int argc, char** argv) {
   int die_rank = -1, die_after_ms = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[i + 1]);
+  bool loop = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--loop")) loop = true;
+    else if (!std::strcmp(argv[i], "--orphan-shm")) {
+      const std::string name = "/gsync-" + std::to_string(::getpid()) + "-orphan";
+      int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+      std::printf("created %s (fd %d)\n", name.c_str(), fd);
+      std::fflush(stdout);
+      _exit(3);
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[++i]);
   }
   int rank = -1;
   try {
     auto comm = gsync::tcp_communicator::from_env();
     rank = comm.rank();
-    if (die_rank >= 0) {
+    if (die_rank >= 0 || loop) {
       if (rank == die_rank)
         std::thread([die_after_ms] {
           std::this_thread::sleep_for(std::chrono::milliseconds(die_after_ms));

@@ -959,6 +959,26 @@ class job {
       while (::waitpid(rank.pid, nullptr, 0) < 0 && errno == EINTR) {
       }
     }
+    remove_shm_leftovers();
+  }
+
+  /// A rank's shared-memory segment (/dev/shm/gsync-PID-...) is unlinked as soon as its peers have
+  /// mapped it; a rank killed during setup can leave it behind. Every rank has exited now, so any
+  /// segment named after one of them is garbage.
+  void remove_shm_leftovers() const {
+    DIR* d = ::opendir("/dev/shm");
+    if (d == nullptr) return;
+    std::vector<std::string> doomed;
+    while (dirent* e = ::readdir(d)) {
+      for (const rank_state& rank : ranks_) {
+        if (rank.pid <= 0) continue;
+        const std::string prefix = "gsync-" + std::to_string(rank.pid) + "-";
+        if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) doomed.push_back(std::string("/dev/shm/") + e->d_name);
+      }
+    }
+    ::closedir(d);
+    for (const std::string& f : doomed)
+      if (::unlink(f.c_str()) == 0) diag("removed " + f + ", left by a rank that died during setup");
   }
 
   const options& opt_;

@@ -75,9 +75,12 @@ void run_inproc(int n, F f, gsync::config cfg = {}) {
   run_threads<gsync::inproc_communicator>(n, [&](int r) { return std::move(comms[r]); }, f);
 }
 
-/// n ranks over TCP on loopback, bootstrapped through a store on a free port.
+/// n ranks over the host transport on loopback, bootstrapped through a store on a free port.
+/// `host_of(r)` names rank r's host (GSYNC_HOST_ID semantics): ranks with equal names share memory,
+/// the others talk over TCP. By default all ranks are on one host (shared memory, unless
+/// GSYNC_SHM_DISABLE is set).
 template <class F>
-void run_tcp(int n, F f, gsync::config cfg = {}) {
+void run_host(int n, F f, gsync::config cfg, std::function<std::string(int)> host_of) {
   const auto port = free_port();
   run_threads<gsync::tcp_communicator>(
       n,
@@ -88,9 +91,29 @@ void run_tcp(int n, F f, gsync::config cfg = {}) {
         li.local_rank = r;
         li.master_port = port;
         li.source = "test";
+        if (host_of) li.host_id = host_of(r);
         return gsync::tcp_communicator::join(li, cfg);
       },
       f);
+}
+
+/// n ranks, each its own host: every pair talks over TCP on loopback.
+template <class F>
+void run_tcp(int n, F f, gsync::config cfg = {}) {
+  run_host(n, f, cfg, [](int r) { return "test-host-" + std::to_string(r); });
+}
+
+/// n ranks on one host: every pair talks through shared memory.
+template <class F>
+void run_shm(int n, F f, gsync::config cfg = {}) {
+  run_host(n, f, cfg, [](int) { return std::string("test-host"); });
+}
+
+/// n ranks on hosts of `per_host` ranks each (the last may have fewer): shared memory inside a
+/// host, TCP across.
+template <class F>
+void run_mixed(int n, int per_host, F f, gsync::config cfg = {}) {
+  run_host(n, f, cfg, [per_host](int r) { return "test-host-" + std::to_string(r / per_host); });
 }
 
 }  // namespace gsync_test

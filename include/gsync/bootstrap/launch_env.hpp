@@ -28,6 +28,9 @@ struct launch_info {
   std::string master_addr = "127.0.0.1";  ///< host of the store (rank 0)
   std::uint16_t master_port = 29500;      ///< port of the store
   std::string source;           ///< which launcher's variables were used ("gsync", "torchrun", ...)
+  /// This process's host identity (GSYNC_HOST_ID); empty = computed (bootstrap/host_id.hpp).
+  /// Ranks with equal identities share memory and form the intra-host level.
+  std::string host_id;
 
   /// Reads the environment; throws invalid_argument when no launcher's variables are present or
   /// they are inconsistent.
@@ -57,6 +60,7 @@ struct launch_info {
       throw error(errc::invalid_argument,
                   "cannot tell this process's rank: set GSYNC_RANK and GSYNC_WORLD_SIZE, or start it with gsyncrun, "
                   "torchrun, mpirun or srun");
+    if (auto h = detail::env("GSYNC_HOST_ID")) li.host_id = *h;
     if (auto a = detail::env("GSYNC_MASTER_ADDR")) li.master_addr = *a;
     else if (auto m = detail::env("MASTER_ADDR")) li.master_addr = *m;
     if (auto p = detail::env_int("GSYNC_MASTER_PORT", 1, 65535)) li.master_port = static_cast<std::uint16_t>(*p);

@@ -16,15 +16,28 @@
 /// from/to the caller's memory; only `recv_stream` reads through one bounded staging buffer
 /// (256 KiB per communicator) so that a reduction can consume pieces while they are cache-hot.
 ///
-/// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down, so
-/// neighbours blocked on it fail promptly too instead of waiting for their own timeouts, and the
-/// transport refuses further use.
+/// Same-host peers (equal bootstrap::host_id(), see bootstrap/host_id.hpp) exchange data through
+/// shared memory instead (transport/shm.hpp): each rank creates one segment holding a ring per
+/// local peer for its inbound traffic; `post_send` copies into the receiver's ring, `recv` copies
+/// out of it, and `recv_stream` hands the reduction pieces of the ring itself, so a reduce reads
+/// the peer's data where the peer put it (one copy in, the reduction reads it once). A wait that
+/// involves only shared-memory peers spins briefly, then sleeps on the rank's futex doorbell; a
+/// wait that also involves sockets polls them with a 1 ms timeout and re-checks the rings. The TCP
+/// connection to a same-host peer stays open, carrying no data, as its liveness signal: a peer that
+/// dies closes it, and a waiting rank checks it (and the peer's `failed` flag) at least every
+/// 100 ms. `GSYNC_SHM_DISABLE=1` keeps every peer on TCP; `GSYNC_SHM_BYTES` sizes the rings.
+///
+/// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down
+/// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
+/// instead of waiting for their own timeouts, and the transport refuses further use.
 
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <asio.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -34,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "gsync/bootstrap/host_id.hpp"
 #include "gsync/bootstrap/interface.hpp"
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/bootstrap/store.hpp"
@@ -44,6 +58,7 @@
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/transport/frame.hpp"
+#include "gsync/transport/shm.hpp"
 
 namespace gsync::transport {
 
@@ -55,6 +70,10 @@ struct tcp_options {
   /// -1: automatic, 50 us when this host runs no more ranks than it has cores, else 0 (spinning
   /// on an oversubscribed host would steal the core from the rank being waited for).
   int spin_us = -1;
+  /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
+  bool shm = true;
+  /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
+  std::size_t shm_ring_bytes = 1 << 20;
 };
 
 /// TCP transport endpoint of one rank (see file comment).
@@ -91,21 +110,33 @@ class tcp {
     connect_lower(dl);
     accept_higher(dl);
     acc_.close();
+    setup_shm(li, dl);
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
-    // rank has finished looking up addresses.
+    // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
+    // every rank is ready, every peer has mapped the segment and its name can go.
     if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
-    if (rank_ == 0) store_->wait({"gsync/ready_all"}, dl);
+    if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
+    seg_.unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
     if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
     if (opt_.spin_us < 0) {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-      opt_.spin_us = li.local_size > 0 && static_cast<unsigned>(li.local_size) <= cores ? 50 : 0;
+      const int local = li.local_size > 0 ? li.local_size : local_size_;
+      opt_.spin_us = static_cast<unsigned>(local) <= cores ? 50 : 0;
     }
-    log_.info("connected to " + std::to_string(size_ - 1) + " peers over TCP");
+    const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
+    name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
+    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
+              std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, spin " +
+              std::to_string(opt_.spin_us) + " us)");
   }
   tcp(const tcp&) = delete;
   tcp& operator=(const tcp&) = delete;
   ~tcp() {
+    if (seg_) {  // same-host peers still waiting for this rank learn at once that it is gone
+      seg_.bell().failed.store(1, std::memory_order_relaxed);
+      for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+    }
     for (auto& p : peers_)
       if (p.s && p.s->is_open()) {
         asio::error_code ig;
@@ -115,7 +146,12 @@ class tcp {
 
   int rank() const noexcept { return rank_; }                  ///< this rank
   int size() const noexcept { return size_; }                  ///< world size
-  std::string_view name() const noexcept { return "tcp"; }     ///< transport name for logs
+  /// Transport name for logs and algorithm selection: "tcp", "shm" (every peer on this host) or "shm+tcp".
+  std::string_view name() const noexcept { return name_; }
+  /// Ranks on this host (including this one), from the host identities.
+  int local_size() const noexcept { return local_size_; }
+  /// True when `peer` is reached through shared memory.
+  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
 
   /// Queues [src, src+n) for `peer` and writes what the kernel accepts now.
@@ -125,7 +161,12 @@ class tcp {
     auto& c = peers_[peer];
     c.q.push_back(send_op{make_header(id, n), src, n, 0});
     ++queued_;
-    if (c.q.size() == 1) pump(peer);
+    if (c.shm) {
+      ++shm_queued_;
+      if (c.q.size() == 1) pump_shm(peer);
+    } else if (c.q.size() == 1) {
+      pump(peer);
+    }
   }
 
   /// Receives the next message from `peer` into dst (header checked against id and n).
@@ -133,6 +174,12 @@ class tcp {
     check_usable();
     check_peer(peer);
     frame_header h;
+    if (peers_[peer].shm) {
+      shm_read_header(peer, h, dl, id);
+      check(h, id, n, peer);
+      shm_read_payload(peer, dst, n, 1, nullptr, dl, id);
+      return;
+    }
     const std::size_t got = read_header(peer, h, dst, n, dl, id);
     check(h, id, n, peer);
     read_exact(peer, dst + got, n - got, dl, id);
@@ -145,8 +192,15 @@ class tcp {
     check_usable();
     check_peer(peer);
     if (align == 0 || align > opt_.staging_bytes) align = 1;
-    const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
     frame_header h;
+    if (peers_[peer].shm) {  // the reduction reads the peer's bytes where they lie, in the ring
+      shm_read_header(peer, h, dl, id);
+      check(h, id, n, peer);
+      if (64 % align != 0) align = 1;
+      shm_read_payload(peer, nullptr, n, align, &consume, dl, id);
+      return;
+    }
+    const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
     std::size_t have = read_header(peer, h, staging_.get(), std::min(cap, n), dl, id);
     check(h, id, n, peer);
     std::size_t remaining = n - have;
@@ -181,6 +235,16 @@ class tcp {
     std::unique_ptr<asio::ip::tcp::socket> s;
     int fd = -1;
     std::deque<send_op> q;
+    // Shared memory (same-host peers only).
+    bool shm = false;
+    shm::ring_ctl* out = nullptr;       // ring this rank writes, in the peer's segment
+    std::byte* out_data = nullptr;
+    std::uint64_t out_cap = 0;
+    shm::ring_ctl* in = nullptr;        // ring the peer writes, in this rank's segment
+    std::byte* in_data = nullptr;
+    std::uint64_t in_cap = 0;
+    std::uint64_t need_head = 0;        // a wait on `in` ends once head reaches this
+    shm::doorbell* peer_bell = nullptr;  // the peer's doorbell
   };
   struct hello {
     std::uint32_t magic = 0x48595347u;  // "GSYH"
@@ -251,6 +315,223 @@ class tcp {
       peers_[h.rank].s = std::move(s);
       --missing;
     }
+  }
+
+  // Shared-memory setup (runs once, after the TCP mesh): find the ranks of this host, create this
+  // rank's segment (a ring per local rank), publish its name, map every local peer's segment.
+  // A pair uses shared memory only when both ranks have a segment, so both sides always agree.
+  void setup_shm(const bootstrap::launch_info& li, deadline dl) {
+    const std::string me = bootstrap::host_id(li.host_id);
+    store_->set("gsync/host/" + std::to_string(rank_), me, dl);
+    std::vector<int> local;
+    for (int j = 0; j < size_; ++j)
+      if (j == rank_ || store_->get("gsync/host/" + std::to_string(j), dl) == me) local.push_back(j);
+    local_size_ = static_cast<int>(local.size());
+    auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
+    if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
+    if (auto b = detail::env("GSYNC_SHM_BYTES")) {
+      auto v = detail::parse_size(*b);
+      if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
+        throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
+      opt_.shm_ring_bytes = *v;
+    }
+    std::string rec = "-";
+    if (opt_.shm && local.size() > 1) {
+      char nb[96];
+      std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()), static_cast<unsigned long long>(nonce_), rank_);
+      try {
+        seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local.size()), opt_.shm_ring_bytes);
+        rec = std::string(nb) + " " + std::to_string(opt_.shm_ring_bytes);
+      } catch (const error& e) {
+        log_.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(rank_) + " over TCP");
+      }
+    }
+    store_->set("gsync/shm/" + std::to_string(rank_), rec, dl);
+    if (!seg_) return;
+    peer_segs_.resize(static_cast<std::size_t>(size_));
+    const std::uint32_t my_slot = slot_of(rank_);
+    for (int j : local) {
+      if (j == rank_) continue;
+      const std::string r = store_->get("gsync/shm/" + std::to_string(j), dl);
+      if (r == "-") continue;
+      const auto sp = r.find(' ');
+      if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(j) + ": " + r);
+      const std::size_t rb = std::stoull(r.substr(sp + 1));
+      peer_segs_[j] = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local.size()), rb);
+      auto& c = peers_[j];
+      c.shm = true;
+      c.out = &peer_segs_[j].ctl(my_slot);
+      c.out_data = peer_segs_[j].data(my_slot);
+      c.out_cap = rb;
+      c.in = &seg_.ctl(slot_of(j));
+      c.in_data = seg_.data(slot_of(j));
+      c.in_cap = opt_.shm_ring_bytes;
+      c.peer_bell = &peer_segs_[j].bell();
+      shm_peers_.push_back(j);
+    }
+  }
+
+  // Copies as much of `peer`'s queue into its ring as there is room for. Returns true if any
+  // byte moved. Messages start on 64-byte boundaries: [header slot][payload].
+  bool pump_shm(int peer) {
+    auto& c = peers_[peer];
+    const std::uint64_t cap = c.out_cap;
+    std::uint64_t head = c.out->head.load(std::memory_order_relaxed);  // only this rank writes it
+    std::uint64_t tail = c.out->tail.load(std::memory_order_acquire);
+    bool moved = false;
+    auto room = [&](std::uint64_t need) {
+      if (head + need - tail <= cap) return true;
+      tail = c.out->tail.load(std::memory_order_acquire);
+      return head + need - tail <= cap;
+    };
+    while (!c.q.empty()) {
+      auto& op = c.q.front();
+      if (op.done == 0) {
+        const std::uint64_t start = shm::align64(head);
+        if (!room(start - head + shm::header_slot)) break;
+        std::memcpy(c.out_data + start % cap, &op.h, sizeof op.h);
+        head = start + shm::header_slot;
+        op.done = sizeof(frame_header);
+        c.out->head.store(head, std::memory_order_release);
+        moved = true;
+        shm::notify(*c.peer_bell);
+      }
+      while (op.done < sizeof(frame_header) + op.n) {
+        if (!room(1)) break;
+        const std::size_t off = op.done - sizeof(frame_header);
+        const std::uint64_t pos = head % cap;
+        const std::size_t k = static_cast<std::size_t>(
+            std::min<std::uint64_t>({cap - (head - tail), cap - pos, op.n - off, shm_chunk}));
+        std::memcpy(c.out_data + pos, op.p + off, k);
+        head += k;
+        op.done += k;
+        c.out->head.store(head, std::memory_order_release);
+        moved = true;
+        shm::notify(*c.peer_bell);
+      }
+      if (op.done < sizeof(frame_header) + op.n) break;
+      c.q.pop_front();
+      --queued_;
+      --shm_queued_;
+    }
+    return moved;
+  }
+
+  bool pump_all_shm() {
+    bool moved = false;
+    if (shm_queued_ == 0) return false;
+    for (int p : shm_peers_)
+      if (!peers_[p].q.empty()) moved |= pump_shm(p);
+    return moved;
+  }
+
+  // True once `peer`'s ring holds what the pending read needs (head >= need_head).
+  bool shm_ready(int peer) const { return peers_[peer].in->head.load(std::memory_order_acquire) >= peers_[peer].need_head; }
+
+  void shm_read_header(int peer, frame_header& h, deadline dl, message_id id) {
+    auto& c = peers_[peer];
+    const std::uint64_t start = shm::align64(c.in->tail.load(std::memory_order_relaxed));
+    c.need_head = start + shm::header_slot;
+    while (!shm_ready(peer)) wait_progress(peer, dl, id);
+    std::memcpy(&h, c.in_data + start % c.in_cap, sizeof h);
+    c.in->tail.store(start + shm::header_slot, std::memory_order_release);
+    shm::notify(*c.peer_bell);
+  }
+
+  // Reads n payload bytes: copied to dst, or handed to `consume` in pieces that are multiples
+  // of `align` (which divides 64, so no element straddles the ring's end).
+  void shm_read_payload(int peer, std::byte* dst, std::size_t n, std::size_t align,
+                        detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id) {
+    auto& c = peers_[peer];
+    std::size_t got = 0;
+    while (got < n) {
+      const std::uint64_t tail = c.in->tail.load(std::memory_order_relaxed);
+      const std::uint64_t avail = c.in->head.load(std::memory_order_acquire) - tail;
+      const std::uint64_t pos = tail % c.in_cap;
+      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>({avail, c.in_cap - pos, n - got}));
+      if (consume) k -= k % align;
+      if (k == 0) {
+        c.need_head = tail + std::min<std::size_t>(align, n - got);
+        wait_progress(peer, dl, id);
+        continue;
+      }
+      if (consume) (*consume)(std::span<const std::byte>(c.in_data + pos, k));
+      else std::memcpy(dst + got, c.in_data + pos, k);
+      got += k;
+      c.in->tail.store(tail + k, std::memory_order_release);
+      shm::notify(*c.peer_bell);
+    }
+  }
+
+  // Progress without blocking on shared memory: pumps queued sends, reports whether the pending
+  // read from `in_peer` (if a shared-memory peer) can go on.
+  bool shm_progress(int in_peer) {
+    bool p = pump_all_shm();
+    if (in_peer >= 0 && peers_[in_peer].shm && shm_ready(in_peer)) p = true;
+    return p;
+  }
+
+  // A wait that involves only shared-memory peers: spin, then sleep on this rank's doorbell (at
+  // most 100 ms at a time, checking that the peers it waits for are still alive).
+  void shm_block(int in_peer, deadline dl, message_id id) {
+    if (opt_.spin_us > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
+      do {
+        for (int i = 0; i < 64; ++i) cpu_relax();
+        if (shm_progress(in_peer)) return;
+      } while (std::chrono::steady_clock::now() < until);
+    }
+    auto& bell = seg_.bell();
+    const std::uint32_t seen = shm::arm(bell);
+    if (shm_progress(in_peer)) return shm::disarm(bell);
+    check_shm_peers(in_peer, id);
+    const int ms = std::min(100, detail::ms_left(dl));
+    shm::sleep(bell, seen, ms);
+    if (shm_progress(in_peer)) return;
+    check_shm_peers(in_peer, id);
+    if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
+  }
+
+  // Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited.
+  void check_shm_peers(int in_peer, message_id id) {
+    auto dead = [&](int p) {
+      auto& c = peers_[p];
+      if (c.peer_bell->failed.load(std::memory_order_acquire)) return true;
+      pollfd f{c.fd, POLLIN, 0};
+      if (::poll(&f, 1, 0) <= 0) return false;
+      char b;
+      const ssize_t r = ::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r > 0)
+        fail(errc::mismatch, "rank " + std::to_string(rank_) + ": unexpected bytes on the control connection of same-host rank " +
+                                 std::to_string(p));
+      return r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    };
+    if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer) && dead(in_peer))
+      fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) +
+                                " (same host) exited, crashed or failed during op #" + std::to_string(id.seq) +
+                                " while this rank waited for its data");
+    for (int p : shm_peers_)
+      if (!peers_[p].q.empty() && dead(p))
+        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) +
+                                  " (same host) exited, crashed or failed during op #" + std::to_string(id.seq) +
+                                  " before taking the data sent to it");
+  }
+
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  [[noreturn]] void timed_out(int in_peer, message_id id) {
+    std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
+    std::string blocked;
+    for (int p = 0; p < size_; ++p)
+      if (!peers_[p].q.empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
+    fail(errc::timeout, "rank " + std::to_string(rank_) + ": op #" + std::to_string(id.seq) + " timed out waiting for " + what +
+                            (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")"));
   }
 
   // Writes as much of the peer's queue as the kernel takes now; several queued messages go out in
@@ -351,42 +632,53 @@ class tcp {
     }
   }
 
-  // Blocks until `in_peer` (if >= 0) is readable, pumping every queue whose socket is writable.
+  // Blocks until `in_peer` (if >= 0) has data, pumping every queue that can move. Sockets are
+  // polled; shared-memory rings are checked between polls (see file comment). May return early
+  // (the caller re-checks and calls again).
   void wait_progress(int in_peer, deadline dl, message_id id) {
+    const bool in_shm = in_peer >= 0 && peers_[in_peer].shm;
+    if (shm_progress(in_peer)) return;
+    const bool sock_in = in_peer >= 0 && !in_shm;
+    const bool sock_out = queued_ > shm_queued_;
+    const bool shm_wait = in_shm || shm_queued_ > 0;
+    if (!sock_in && !sock_out) {
+      if (shm_wait) shm_block(in_peer, dl, id);
+      return;
+    }
     pfds_.clear();
     pidx_.clear();
-    if (in_peer >= 0) {
+    if (sock_in) {
       pfds_.push_back({peers_[in_peer].fd, POLLIN, 0});
       pidx_.push_back(in_peer);
     }
     for (int p = 0; p < size_; ++p)
-      if (!peers_[p].q.empty()) {
+      if (!peers_[p].shm && !peers_[p].q.empty()) {
         if (p == in_peer) pfds_[0].events |= POLLOUT;
         else {
           pfds_.push_back({peers_[p].fd, POLLOUT, 0});
           pidx_.push_back(p);
         }
       }
-    if (pfds_.empty()) return;
     int r = 0;
-    if (opt_.spin_us > 0) {  // short busy poll: a reply often comes within microseconds
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
-      do r = ::poll(pfds_.data(), pfds_.size(), 0);
-      while (r == 0 && std::chrono::steady_clock::now() < until);
+    if (opt_.spin_us > 0 || shm_wait) {  // short busy poll: a reply often comes within microseconds
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, shm_wait ? 20 : 0));
+      do {
+        r = ::poll(pfds_.data(), pfds_.size(), 0);
+        if (r == 0 && shm_wait && shm_progress(in_peer)) return;
+      } while (r == 0 && std::chrono::steady_clock::now() < until);
     }
-    if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), detail::ms_left(dl));
+    if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), shm_wait ? std::min(1, detail::ms_left(dl)) : detail::ms_left(dl));
     if (r < 0) {
       if (errno == EINTR) return;
       fail(errc::system, "poll: " + detail::errno_text(errno));
     }
     if (r == 0) {
+      if (shm_wait) {
+        if (shm_progress(in_peer)) return;
+        check_shm_peers(in_peer, id);
+      }
       if (std::chrono::steady_clock::now() < dl) return;
-      std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
-      std::string blocked;
-      for (int p = 0; p < size_; ++p)
-        if (!peers_[p].q.empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
-      fail(errc::timeout, "rank " + std::to_string(rank_) + ": op #" + std::to_string(id.seq) + " timed out waiting for " + what +
-                              (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")"));
+      timed_out(in_peer, id);
     }
     for (std::size_t i = 0; i < pfds_.size(); ++i)
       if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q.empty()) pump(pidx_[i]);
@@ -416,6 +708,11 @@ class tcp {
         p.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
       }
       queued_ = 0;
+      shm_queued_ = 0;
+      if (seg_) {
+        seg_.bell().failed.store(1, std::memory_order_release);
+        for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+      }
       log_.warn(msg);
     }
     throw error(kind, msg);
@@ -430,8 +727,15 @@ class tcp {
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
-  std::size_t queued_ = 0;
+  std::size_t queued_ = 0;       // messages queued, all peers
+  std::size_t shm_queued_ = 0;   // of which to shared-memory peers
   detail::aligned_bytes staging_;
+  std::string name_ = "tcp";
+  int local_size_ = 1;
+  shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
+  std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
+  std::vector<int> shm_peers_;           // ranks reached through shared memory
+  static constexpr std::size_t shm_chunk = 64 << 10;  // bytes published per ring update
   std::vector<pollfd> pfds_;
   std::vector<int> pidx_;
   bool broken_ = false;

@@ -1,0 +1,217 @@
+#pragma once
+/// \file
+/// Shared-memory building blocks of the host transport (non-templated): a POSIX shared-memory
+/// segment per rank, single-producer single-consumer byte rings inside it, and a doorbell (a futex
+/// word) on which the segment's owner sleeps when it has nothing to do.
+///
+/// Layout of rank r's segment (created by r, mapped by every other rank of its host):
+///   [segment_header: magic, geometry, r's doorbell]                      4 KiB
+///   [ring from local rank 0] [ring from local rank 1] ... [from L-1]     L x (128 B + ring_bytes)
+/// The ring "from local rank j" is written by j and read by r: r's inbound traffic lives in r's
+/// own memory. A message occupies [64-byte header slot][payload], starting on a 64-byte boundary of
+/// the ring, so payload pieces are aligned for every element type and never split an element at
+/// the ring's wrap point (ring_bytes is a multiple of 64).
+///
+/// Signalling is lock-free: the producer publishes `head` (release), the consumer `tail`. A rank
+/// that must wait spins a bounded time, then announces itself in its doorbell's `sleepers` and
+/// sleeps on the futex word `bell` with a timeout; whoever publishes something the sleeper may
+/// need (data into its inbound ring, space in a ring it writes) bumps `bell` and wakes it. The
+/// store-fence-load on both sides (see `notify` and `arm`) rules out a lost wake-up.
+///
+/// Cleanup: segments are unlinked as soon as every rank of the host has mapped them (end of
+/// setup), so the kernel frees them when the last process exits or is killed; nothing is left in
+/// /dev/shm after a crash. Segment names carry the creator's pid so that a launcher can remove the
+/// segments of a child it saw die during setup (gsyncrun does).
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "gsync/core/error.hpp"
+
+namespace gsync::transport::shm {
+
+/// Wait/wake word of one rank, in its segment (see file comment).
+struct alignas(64) doorbell {
+  std::atomic<std::uint32_t> bell{0};      ///< bumped on every event the owner may wait for
+  std::atomic<std::uint32_t> sleepers{0};  ///< 1 while the owner is (about to be) asleep on `bell`
+  std::atomic<std::uint32_t> failed{0};    ///< 1 once the owner has failed: peers stop waiting for it
+};
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free && sizeof(std::atomic<std::uint32_t>) == 4);
+
+/// Wakes the owner of `d` if it sleeps. Call after publishing (the fence orders the publication
+/// before the read of `sleepers`; the sleeper's `arm` orders its announcement before its re-check).
+inline void notify(doorbell& d) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (d.sleepers.load(std::memory_order_relaxed)) {
+    d.bell.fetch_add(1, std::memory_order_seq_cst);
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&d.bell), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+/// Announces that the owner is about to sleep; returns the bell value to sleep on. The caller must
+/// re-check its wait condition after `arm` and before `sleep`.
+inline std::uint32_t arm(doorbell& d) noexcept {
+  d.sleepers.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return d.bell.load(std::memory_order_seq_cst);
+}
+
+/// Sleeps until `bell` differs from `seen`, a wake, or `ms` milliseconds; then clears `sleepers`.
+inline void sleep(doorbell& d, std::uint32_t seen, int ms) noexcept {
+  timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&d.bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  d.sleepers.store(0, std::memory_order_relaxed);
+}
+
+/// Cancels an `arm` without sleeping.
+inline void disarm(doorbell& d) noexcept { d.sleepers.store(0, std::memory_order_relaxed); }
+
+/// Control words of one ring; head and tail on separate cache lines (no false sharing).
+struct ring_ctl {
+  alignas(64) std::atomic<std::uint64_t> head{0};  ///< bytes ever published by the producer
+  alignas(64) std::atomic<std::uint64_t> tail{0};  ///< bytes ever released by the consumer
+};
+static_assert(sizeof(ring_ctl) == 128);
+
+/// Bytes reserved for a message's header in the ring (the frame header plus padding).
+inline constexpr std::size_t header_slot = 64;
+
+/// Rounds `x` up to a multiple of 64 (message starts).
+constexpr std::uint64_t align64(std::uint64_t x) noexcept { return (x + 63) & ~std::uint64_t{63}; }
+
+/// First bytes of every segment.
+struct segment_header {
+  std::uint32_t magic = 0x4D485347u;  ///< "GSHM"
+  std::uint32_t version = 1;
+  std::uint32_t slots = 0;            ///< rings in the segment (ranks on the host)
+  std::uint32_t reserved = 0;
+  std::uint64_t ring_bytes = 0;       ///< data bytes of every ring
+  doorbell db;                        ///< the owner's doorbell
+};
+
+/// Where the rings start in a segment.
+inline constexpr std::size_t rings_offset = 4096;
+static_assert(sizeof(segment_header) <= rings_offset);
+
+/// Bytes of a segment with `slots` rings of `ring_bytes` each.
+constexpr std::size_t segment_bytes(std::size_t slots, std::size_t ring_bytes) noexcept {
+  return rings_offset + slots * (sizeof(ring_ctl) + ring_bytes);
+}
+
+/// A mapped segment (RAII: unmaps on destruction; the creator also unlinks if still linked).
+class segment {
+ public:
+  segment() = default;
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  segment(segment&& o) noexcept { *this = std::move(o); }
+  segment& operator=(segment&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(base_, o.base_);
+      std::swap(bytes_, o.bytes_);
+      std::swap(name_, o.name_);
+      std::swap(owner_linked_, o.owner_linked_);
+    }
+    return *this;
+  }
+  ~segment() { reset(); }
+
+  /// Creates, sizes (memory reserved now, so a full /dev/shm is an error here, not a SIGBUS later)
+  /// and maps segment `name` with `slots` rings of `ring_bytes`. Throws errc::system on failure.
+  static segment create(const std::string& name, std::uint32_t slots, std::size_t ring_bytes) {
+    const std::size_t bytes = segment_bytes(slots, ring_bytes);
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw error(errc::system, "shm_open(" + name + ", create): " + std::strerror(errno));
+    segment s;
+    s.name_ = name;
+    s.owner_linked_ = true;  // from here on, the destructor unlinks it
+    int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      ::close(fd);
+      throw error(errc::system, "cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " + name + ": " +
+                                    std::strerror(rc) + " (is /dev/shm full or too small? GSYNC_SHM_DISABLE=1 falls back to TCP)");
+    }
+    s.map(fd, bytes);
+    auto* h = new (s.base_) segment_header{};
+    h->slots = slots;
+    h->ring_bytes = ring_bytes;
+    for (std::uint32_t i = 0; i < slots; ++i) new (s.base_ + rings_offset + i * (sizeof(ring_ctl) + ring_bytes)) ring_ctl{};
+    return s;
+  }
+
+  /// Maps the existing segment `name`, checking that it has the expected geometry.
+  static segment open(const std::string& name, std::uint32_t slots, std::size_t ring_bytes) {
+    const std::size_t bytes = segment_bytes(slots, ring_bytes);
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0)
+      throw error(errc::system, "shm_open(" + name + "): " + std::strerror(errno) +
+                                    " (ranks of one host must run as the same user; GSYNC_SHM_DISABLE=1 falls back to TCP)");
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+      ::close(fd);
+      throw error(errc::mismatch, "shared-memory segment " + name + " has an unexpected size");
+    }
+    segment s;
+    s.name_ = name;
+    s.map(fd, bytes);
+    const auto* h = reinterpret_cast<const segment_header*>(s.base_);
+    if (h->magic != segment_header{}.magic || h->slots != slots || h->ring_bytes != ring_bytes)
+      throw error(errc::mismatch, "shared-memory segment " + name + " has an unexpected layout (different gsync versions?)");
+    return s;
+  }
+
+  /// Removes the name (the memory lives on while mapped). Idempotent.
+  void unlink() noexcept {
+    if (owner_linked_) ::shm_unlink(name_.c_str());
+    owner_linked_ = false;
+  }
+
+  /// The owner's doorbell.
+  doorbell& bell() const noexcept { return reinterpret_cast<segment_header*>(base_)->db; }
+  /// Control words of ring `slot`.
+  ring_ctl& ctl(std::uint32_t slot) const noexcept {
+    const std::size_t rb = reinterpret_cast<const segment_header*>(base_)->ring_bytes;
+    return *reinterpret_cast<ring_ctl*>(base_ + rings_offset + slot * (sizeof(ring_ctl) + rb));
+  }
+  /// Data bytes of ring `slot`.
+  std::byte* data(std::uint32_t slot) const noexcept { return reinterpret_cast<std::byte*>(&ctl(slot)) + sizeof(ring_ctl); }
+  /// True when mapped.
+  explicit operator bool() const noexcept { return base_ != nullptr; }
+
+ private:
+  void map(int fd, std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw error(errc::system, "mmap(" + name_ + "): " + std::strerror(e));
+    base_ = static_cast<std::byte*>(p);
+    bytes_ = bytes;
+  }
+  void reset() noexcept {
+    unlink();
+    if (base_) ::munmap(base_, bytes_);
+    base_ = nullptr;
+    bytes_ = 0;
+  }
+
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::string name_;
+  bool owner_linked_ = false;
+};
+
+}  // namespace gsync::transport::shm

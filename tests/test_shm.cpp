@@ -1,0 +1,188 @@
+// The shared-memory path of the host transport: chosen for same-host ranks, correct under ring
+// wrap-around and flow control, mixed with TCP across hosts, no segment left in /dev/shm, and a
+// rank that leaves is reported (peer_lost) to the ranks waiting for it.
+
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "support/reference.hpp"
+#include "support/world.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Names in /dev/shm that this process created.
+std::vector<std::string> my_segments() {
+  std::vector<std::string> v;
+  const std::string prefix = "gsync-" + std::to_string(::getpid()) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (auto* e = ::readdir(d))
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) v.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  return v;
+}
+
+gsync::config cfg_with_timeout(std::chrono::milliseconds t) {
+  gsync::config c;
+  c.timeout = t;
+  return c;
+}
+
+// Allreduce of `count` elements with algorithm Algo; checks every element against the double
+// reference and that every rank holds the same bytes. Returns an error text, empty if all good.
+template <class T, class Op, class Algo, class Comm>
+std::string check_allreduce(Comm& comm, gsync_test::world_sync& sync, std::size_t count) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<T> in(count), out(count);
+  for (std::size_t i = 0; i < count; ++i) in[i] = gsync_test::input<T, Op>(r, i);
+  gsync::allreduce<Algo>(comm, std::span<const T>{in}, std::span<T>{out}, Op{});
+  std::string err;
+  for (std::size_t i = 0; i < count; ++i)
+    if (!gsync_test::check_element<T, Op>(out[i], n, i)) {
+      err = "element " + std::to_string(i) + " wrong";
+      break;
+    }
+  sync.outputs[r] = out.data();
+  sync.bar.arrive_and_wait();
+  if (err.empty() && count && std::memcmp(out.data(), sync.outputs[0], count * sizeof(T)) != 0) err = "differs from rank 0";
+  sync.bar.arrive_and_wait();
+  return err;
+}
+
+struct errors {
+  std::mutex m;
+  std::vector<std::string> list;
+  void add(const std::string& what, const std::string& e) {
+    if (e.empty()) return;
+    std::lock_guard lk(m);
+    list.push_back(what + ": " + e);
+  }
+  void report() {
+    for (auto& s : list) FAIL_CHECK(s);
+  }
+};
+
+template <class Comm>
+void mixed_workload(Comm& comm, gsync_test::world_sync& sync, errors& errs) {
+  const std::string w = "rank " + std::to_string(comm.rank()) + " N=" + std::to_string(comm.size());
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{257}, std::size_t{999983}}) {
+    comm.set_segment_bytes(count == 257 ? 16 : 512 << 10);
+    errs.add(w + " float sum ring " + std::to_string(count), check_allreduce<float, gsync::op::sum, gsync::algo::ring>(comm, sync, count));
+    errs.add(w + " half avg ring " + std::to_string(count), check_allreduce<gsync::half, gsync::op::avg, gsync::algo::ring>(comm, sync, count));
+    errs.add(w + " int64 max rd " + std::to_string(count),
+             check_allreduce<std::int64_t, gsync::op::max, gsync::algo::recursive_doubling>(comm, sync, count));
+    errs.add(w + " double prod auto " + std::to_string(count),
+             check_allreduce<double, gsync::op::prod, gsync::algo::automatic>(comm, sync, count));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shm: same-host ranks use shared memory, results correct, segments unlinked") {
+  for (int n : {2, 3, 4, 8}) {
+    errors errs;
+    std::atomic<int> named_shm{0};
+    gsync_test::run_shm(n, [&](auto& comm, gsync_test::world_sync& sync) {
+      if (comm.transport().name() == "shm") named_shm++;
+      CHECK(comm.transport().local_size() == n);
+      // Setup is over: every segment's name is gone already (nothing to leak if killed now).
+      sync.bar.arrive_and_wait();
+      if (comm.rank() == 0) CHECK(my_segments().empty());
+      mixed_workload(comm, sync, errs);
+    }, cfg_with_timeout(60s));
+    errs.report();
+    CHECK(named_shm == n);
+  }
+  CHECK(my_segments().empty());
+}
+
+TEST_CASE("shm: tiny rings force wrap-around and flow control") {
+  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
+  errors errs;
+  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) { mixed_workload(comm, sync, errs); }, cfg_with_timeout(60s));
+  ::unsetenv("GSYNC_SHM_BYTES");
+  errs.report();
+}
+
+TEST_CASE("shm: a bad GSYNC_SHM_BYTES is an invalid_argument error") {
+  ::setenv("GSYNC_SHM_BYTES", "100", 1);
+  CHECK_THROWS_WITH_AS(gsync_test::run_shm(2, [](auto&, gsync_test::world_sync&) {}, cfg_with_timeout(10s)),
+                       doctest::Contains("GSYNC_SHM_BYTES"), std::runtime_error);
+  ::unsetenv("GSYNC_SHM_BYTES");
+}
+
+TEST_CASE("shm: mixed job, shared memory inside a host and TCP across") {
+  for (auto [n, per] : {std::pair{4, 2}, std::pair{5, 2}, std::pair{6, 3}}) {
+    errors errs;
+    std::atomic<int> mixed{0};
+    gsync_test::run_mixed(n, per, [&](auto& comm, gsync_test::world_sync& sync) {
+      const bool alone = comm.rank() / per == (n - 1) / per && n % per == 1;
+      if (comm.transport().name() == (alone ? "tcp" : "shm+tcp")) mixed++;
+      mixed_workload(comm, sync, errs);
+    }, cfg_with_timeout(60s));
+    errs.report();
+    CHECK(mixed == n);
+  }
+}
+
+TEST_CASE("shm: GSYNC_SHM_DISABLE=1 keeps same-host ranks on TCP") {
+  ::setenv("GSYNC_SHM_DISABLE", "1", 1);
+  std::atomic<int> tcp{0};
+  errors errs;
+  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
+    if (comm.transport().name() == "tcp") tcp++;
+    errs.add("disabled", check_allreduce<float, gsync::op::sum, gsync::algo::ring>(comm, sync, 1000));
+  }, cfg_with_timeout(30s));
+  ::unsetenv("GSYNC_SHM_DISABLE");
+  errs.report();
+  CHECK(tcp == 3);
+}
+
+TEST_CASE("shm: a rank that leaves is reported as peer_lost to the ranks waiting for it") {
+  for (int leaver : {0, 2}) {
+    std::atomic<int> lost{0}, other{0};
+    std::atomic<long long> worst_ms{0};
+    gsync_test::run_shm(4, [&](auto& comm, gsync_test::world_sync&) {
+      std::vector<float> v(1 << 16, 1.0f);
+      gsync::allreduce(comm, std::span<float>{v});
+      if (comm.rank() == leaver) return;  // the communicator is destroyed: the rank is gone
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 1000; ++i) gsync::allreduce(comm, std::span<float>{v});
+        other++;
+      } catch (const gsync::error& e) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+        long long prev = worst_ms.load();
+        while (ms > prev && !worst_ms.compare_exchange_weak(prev, ms)) {}
+        (e.kind() == gsync::errc::peer_lost ? lost : other)++;
+      }
+    }, cfg_with_timeout(60s));
+    CHECK(lost == 3);
+    CHECK(other == 0);
+    CHECK(worst_ms.load() < 5000);
+  }
+}
+
+TEST_CASE("shm: a collective nobody else joins times out at the deadline") {
+  gsync_test::run_shm(2, [](auto& comm, gsync_test::world_sync& sync) {
+    if (comm.rank() == 1) {
+      std::vector<float> v(8);
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK_THROWS_AS(gsync::allreduce(comm, std::span<float>{v}), gsync::error);
+      const auto dt = std::chrono::steady_clock::now() - t0;
+      CHECK(dt >= 350ms);
+      CHECK(dt < 3s);
+    }
+    sync.bar.arrive_and_wait();
+  }, cfg_with_timeout(400ms));
+}
