@@ -20,8 +20,10 @@ using tcp_communicator = communicator<transport::tcp>;
 using inproc_communicator = communicator<transport::inproc>;
 
 /// Makes the `n` communicators of one in-process world; hand element r to the thread of rank r.
-inline std::vector<inproc_communicator> make_inproc_world(int n, config cfg = config::from_env()) {
-  auto w = std::make_shared<transport::inproc_world>(n);
+/// With `ranks_per_host` > 0 the ranks pretend to live on hosts of that many consecutive ranks
+/// (for testing hierarchical schedules without a cluster).
+inline std::vector<inproc_communicator> make_inproc_world(int n, config cfg = config::from_env(), int ranks_per_host = 0) {
+  auto w = std::make_shared<transport::inproc_world>(n, ranks_per_host > 0 ? topology::blocks(n, ranks_per_host) : topology{});
   std::vector<inproc_communicator> v;
   v.reserve(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) v.emplace_back(std::make_unique<transport::inproc>(w, r), cfg);

@@ -28,6 +28,7 @@
 #include "gsync/core/chunking.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/reduce.hpp"
+#include "gsync/core/topology.hpp"
 
 namespace gsync {
 
@@ -67,6 +68,8 @@ class host_primitives {
   std::size_t count() const { return count_; }        ///< elements in the operation
   std::size_t segment_elems() const { return segment_elems_; }  ///< pipelining unit in elements
   bool in_place() const { return in_ == out_; }       ///< input and output are the same buffer
+  /// Placement of the ranks on hosts (for hierarchical schedules).
+  const topology& topo() const { return x_.topo(); }
 
   /// Elements that fit in the scratch buffer.
   std::size_t scratch_elems() const { return scratch_elems_; }

@@ -20,6 +20,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/topology.hpp"
 #include "gsync/transport/frame.hpp"
 
 namespace gsync::transport {
@@ -28,10 +29,15 @@ namespace gsync::transport {
 class inproc_world {
  public:
   /// A world of `size` ranks (>= 1).
-  explicit inproc_world(int size) : size_(size), boxes_(static_cast<std::size_t>(size) * size), ranks_(size) {
+  /// `topo` places the ranks on (pretend) hosts, for testing hierarchical schedules; by default
+  /// all ranks are on one host.
+  explicit inproc_world(int size, topology topo = {})
+      : size_(size), boxes_(static_cast<std::size_t>(size) * size), ranks_(size),
+        topo_(topo.world() == size ? std::move(topo) : topology::single_host(size)) {
     if (size < 1) throw error(errc::invalid_argument, "inproc_world: size must be >= 1");
   }
   int size() const noexcept { return size_; }  ///< number of ranks
+  const topology& topo() const noexcept { return topo_; }  ///< placement of the ranks
 
  private:
   friend class inproc;
@@ -52,6 +58,7 @@ class inproc_world {
   int size_;
   std::vector<std::deque<message>> boxes_;  // index src * size + dst
   std::vector<rank_state> ranks_;
+  topology topo_;
   std::deque<message>& box(int src, int dst) { return boxes_[static_cast<std::size_t>(src) * size_ + dst]; }
 };
 
@@ -67,6 +74,7 @@ class inproc {
   int rank() const noexcept { return rank_; }          ///< this rank
   int size() const noexcept { return w_->size(); }     ///< world size
   std::string_view name() const noexcept { return "inproc"; }  ///< transport name for logs
+  const topology& topo() const noexcept { return w_->topo(); }  ///< placement of the ranks
 
   /// Marks this rank gone: peers waiting on it fail with peer_lost. Messages it queued are
   /// withdrawn, and the call returns only once no peer is still copying from its memory.

@@ -55,6 +55,7 @@
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/transport/frame.hpp"
@@ -150,6 +151,8 @@ class tcp {
   std::string_view name() const noexcept { return name_; }
   /// Ranks on this host (including this one), from the host identities.
   int local_size() const noexcept { return local_size_; }
+  /// Which rank runs on which host (from every rank's host identity).
+  const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
@@ -323,9 +326,10 @@ class tcp {
   void setup_shm(const bootstrap::launch_info& li, deadline dl) {
     const std::string me = bootstrap::host_id(li.host_id);
     store_->set("gsync/host/" + std::to_string(rank_), me, dl);
-    std::vector<int> local;
-    for (int j = 0; j < size_; ++j)
-      if (j == rank_ || store_->get("gsync/host/" + std::to_string(j), dl) == me) local.push_back(j);
+    std::vector<std::string> ids(static_cast<std::size_t>(size_));
+    for (int j = 0; j < size_; ++j) ids[j] = j == rank_ ? me : store_->get("gsync/host/" + std::to_string(j), dl);
+    topo_ = topology::from_ids(ids);
+    const std::vector<int>& local = topo_.ranks_on(topo_.host_of(rank_));
     local_size_ = static_cast<int>(local.size());
     auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
     if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
@@ -378,11 +382,16 @@ class tcp {
     const std::uint64_t cap = c.out_cap;
     std::uint64_t head = c.out->head.load(std::memory_order_relaxed);  // only this rank writes it
     std::uint64_t tail = c.out->tail.load(std::memory_order_acquire);
-    bool moved = false;
+    bool moved = false, unpublished = false;
     auto room = [&](std::uint64_t need) {
       if (head + need - tail <= cap) return true;
       tail = c.out->tail.load(std::memory_order_acquire);
       return head + need - tail <= cap;
+    };
+    auto publish = [&] {  // one release store and one wake-up check per piece, header and payload together
+      c.out->head.store(head, std::memory_order_release);
+      shm::notify(*c.peer_bell);
+      unpublished = false;
     };
     while (!c.q.empty()) {
       auto& op = c.q.front();
@@ -392,9 +401,7 @@ class tcp {
         std::memcpy(c.out_data + start % cap, &op.h, sizeof op.h);
         head = start + shm::header_slot;
         op.done = sizeof(frame_header);
-        c.out->head.store(head, std::memory_order_release);
-        moved = true;
-        shm::notify(*c.peer_bell);
+        moved = unpublished = true;
       }
       while (op.done < sizeof(frame_header) + op.n) {
         if (!room(1)) break;
@@ -405,10 +412,10 @@ class tcp {
         std::memcpy(c.out_data + pos, op.p + off, k);
         head += k;
         op.done += k;
-        c.out->head.store(head, std::memory_order_release);
         moved = true;
-        shm::notify(*c.peer_bell);
+        publish();
       }
+      if (unpublished) publish();
       if (op.done < sizeof(frame_header) + op.n) break;
       c.q.pop_front();
       --queued_;
@@ -484,7 +491,8 @@ class tcp {
     auto& bell = seg_.bell();
     const std::uint32_t seen = shm::arm(bell);
     if (shm_progress(in_peer)) return shm::disarm(bell);
-    check_shm_peers(in_peer, id);
+    // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
+    // check after the timed sleep.
     const int ms = std::min(100, detail::ms_left(dl));
     shm::sleep(bell, seen, ms);
     if (shm_progress(in_peer)) return;
@@ -732,6 +740,7 @@ class tcp {
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
   int local_size_ = 1;
+  topology topo_;
   shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
   std::vector<int> shm_peers_;           // ranks reached through shared memory
