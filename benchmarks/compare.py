@@ -152,7 +152,14 @@ def main():
     ap.add_argument("--git", default=None, help="gsync revision")
     ap.add_argument("--commands-file", default=None, help="file listing the exact benchmark commands")
     ap.add_argument("--notes", default=None, help="extra text for the report")
+    ap.add_argument("--mid-ratio", type=float, default=None, help=f"target busbw ratio in the middle range (default {MID_RATIO})")
+    ap.add_argument("--mid-hi", type=int, default=None, help="upper end of the middle range in bytes (default 16 MiB)")
     args = ap.parse_args()
+    global MID_RATIO, MID_HI
+    if args.mid_ratio is not None:
+        MID_RATIO = args.mid_ratio
+    if args.mid_hi is not None:
+        MID_HI = args.mid_hi
 
     results, problems = load_results(args.dir)
     membw = load_membw(args.dir)
@@ -262,8 +269,8 @@ def main():
         def verdicts(rs, label):
             mid, _ = check_range(sizes, rs, lambda s: s >= MID_LO, lambda s: s <= MID_HI, MID_RATIO)
             big, _ = check_range(sizes, rs, lambda s: s > MID_HI, lambda s: True, LARGE_RATIO)
-            lines = [f"- ratio >= {MID_RATIO} for 64 KiB..16 MiB{label}: {mid}",
-                     f"- ratio >= {LARGE_RATIO} above 16 MiB{label}: {big}"]
+            lines = [f"- ratio >= {MID_RATIO} for 64 KiB..{human(MID_HI)}{label}: {mid}",
+                     f"- ratio >= {LARGE_RATIO} above {human(MID_HI)}{label}: {big}"]
             return lines
 
         lines = verdicts(ratios, "")

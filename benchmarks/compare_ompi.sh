@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # compare_ompi.sh: gsync-perf against Open MPI's MPI_Allreduce over TCP loopback, side by side.
 #
-#   benchmarks/compare_ompi.sh [--build DIR] [--np "2 4"] [--max 64M] [--iters N] [--out DIR] ...
+#   benchmarks/compare_ompi.sh [--transport tcp|shm] [--build DIR] [--np "2 4"] [--max 64M] [--out DIR] ...
+#
+# --transport tcp (default): both over loopback TCP: gsync with GSYNC_SHM_DISABLE=1, Open MPI with
+#   --mca btl tcp,self; targets of the foundation issue (>= 1.3x from 64 KiB to 16 MiB, >= 1.0x above).
+# --transport shm: both with their one-host defaults: gsync's shared-memory transport, Open MPI's
+#   default BTLs (vader shared memory); target >= 1.2x from 64 KiB up. The report goes to
+#   OUT/compare_ompi_shm.md instead of OUT/compare_ompi.md.
 #
 # Run from the repository root after building the tools and the benchmark targets:
 #   cmake -S . -B build && cmake --build build -j2
@@ -32,6 +38,7 @@ die() {
 usage() {
   cat <<EOF
 usage: benchmarks/compare_ompi.sh [options]     (run from the repository root)
+  --transport T       tcp (both over loopback TCP, default) or shm (both with shared memory)
   --build DIR         build directory with tools/ and benchmarks/ (default ./build)
   --np "LIST"         rank counts (default "2 4")
   --max SIZE          largest message, K/M/G suffixes (default 64M)
@@ -57,6 +64,7 @@ repeat=1
 out=benchmarks/results
 variants=0
 limit=1800
+transport=tcp
 
 # Words joined into a shell command line, quoting only those that need it.
 quote_words() {
@@ -82,6 +90,7 @@ need_value() {
 }
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --transport) need_value "$@"; transport=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     --np) need_value "$@"; nps=$2; shift 2 ;;
     --max) need_value "$@"; max=$2; shift 2 ;;
@@ -111,6 +120,7 @@ to_bytes() {
   echo $((n * mult))
 }
 
+[[ $transport == tcp || $transport == shm ]] || { echo "$prog: --transport must be tcp or shm" >&2; exit 2; }
 max_bytes=$(to_bytes "$max") || { echo "$prog: --max '$max' is not a size such as 1M or 64M" >&2; exit 2; }
 ((max_bytes >= 8)) || { echo "$prog: --max must be at least 8" >&2; exit 2; }
 for v in iters small_iters warmup repeat limit; do
@@ -146,7 +156,21 @@ mpirun=$(command -v mpirun) || die "mpirun not found in PATH (install openmpi-bi
 command -v python3 >/dev/null || die "python3 not found"
 command -v timeout >/dev/null || die "timeout (coreutils) not found"
 
-raw=$out/raw
+if [[ $transport == shm ]]; then
+  raw=$out/raw_shm
+  report=$out/compare_ompi_shm.md
+  mpi_common=(--allow-run-as-root --oversubscribe)
+  gsync_env=()
+  ompi_label=ompi-vader
+  ratio_args=(--mid-ratio 1.2 --mid-hi "$max_bytes")
+else
+  raw=$out/raw
+  report=$out/compare_ompi.md
+  mpi_common=(--allow-run-as-root --oversubscribe --mca btl "tcp,self" --mca btl_tcp_if_include lo)
+  gsync_env=(env GSYNC_SHM_DISABLE=1)
+  ompi_label=ompi-tcp
+  ratio_args=()
+fi
 mkdir -p "$raw" || die "cannot create $raw"
 rm -f "$raw"/*.json "$raw"/*.log "$raw"/commands.txt
 commands=$raw/commands.txt
@@ -185,7 +209,6 @@ date_start=$(date '+%Y-%m-%d %H:%M:%S %Z')
 echo "# $cmdline"
 echo "# $date_start; nproc $(nproc); load: $load_before"
 
-mpi_common=(--allow-run-as-root --oversubscribe --mca btl "tcp,self" --mca btl_tcp_if_include lo)
 
 run membw "$membw" --json "$raw/membw.json"
 
@@ -194,10 +217,10 @@ for ((rep = 1; rep <= repeat; rep++)); do
     for p in "${parts[@]}"; do
       IFS=: read -r tag lo hi n <<<"$p"
       suffix="np${np}_${tag}_r${rep}"
-      run "gsync_$suffix" "$gsyncrun" -n "$np" --no-tag-output -- "$perf" -d float32 -o sum \
+      run "gsync_$suffix" "${gsync_env[@]}" "$gsyncrun" -n "$np" --no-tag-output -- "$perf" -d float32 -o sum \
         -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --json "$raw/gsync_$suffix.json"
       run "ompi_$suffix" "$mpirun" "${mpi_common[@]}" -np "$np" "$ompi" -d float32 -o sum \
-        -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --label ompi-tcp --label-algo ompi-default \
+        -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --label "$ompi_label" --label-algo ompi-default \
         --json "$raw/ompi_$suffix.json"
       if ((variants)); then
         for vname in ring rabenseifner nommap; do
@@ -208,7 +231,7 @@ for ((rep = 1; rep <= repeat; rep++)); do
           esac
           run "ompi-${vname}_$suffix" "$mpirun" "${mpi_common[@]}" "${extra[@]}" \
             -np "$np" "$ompi" -d float32 -o sum -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 \
-            --label ompi-tcp --label-algo "ompi-$vname" --json "$raw/ompi-${vname}_$suffix.json"
+            --label "$ompi_label" --label-algo "ompi-$vname" --json "$raw/ompi-${vname}_$suffix.json"
         done
       fi
     done
@@ -224,10 +247,10 @@ fi
 mpi_version=$("$mpirun" --version 2>/dev/null | head -n 1)
 
 echo
-python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$out/compare_ompi.md" \
+python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$report" "${ratio_args[@]}" \
   --command "$cmdline" --date "$date_start" --nproc "$(nproc)" \
   --load-before "$load_before" --load-after "$load_after" --mpi-version "$mpi_version" --git "$git_rev" \
   --commands-file "$commands" ||
-  die "compare.py reported problems (see $out/compare_ompi.md)"
+  die "compare.py reported problems (see $report)"
 echo
-echo "$prog: report written to $out/compare_ompi.md"
+echo "$prog: report written to $report"
