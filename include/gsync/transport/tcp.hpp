@@ -135,7 +135,7 @@ class tcp {
   tcp& operator=(const tcp&) = delete;
   ~tcp() {
     if (seg_) {  // same-host peers still waiting for this rank learn at once that it is gone
-      seg_.bell().failed.store(1, std::memory_order_relaxed);
+      if (!broken_) seg_.bell().failed.store(shm_left | static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
       for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
     }
     for (auto& p : peers_)
@@ -500,29 +500,37 @@ class tcp {
     if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
   }
 
-  // Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited.
+  // Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited,
+  // naming the rank that was lost first when the peer's failure was itself caused by a loss.
   void check_shm_peers(int in_peer, message_id id) {
-    auto dead = [&](int p) {
+    int culprit = -1;
+    auto gone = [&](int p) -> std::string {  // empty while p is alive
       auto& c = peers_[p];
-      if (c.peer_bell->failed.load(std::memory_order_acquire)) return true;
+      if (const std::uint32_t v = c.peer_bell->failed.load(std::memory_order_acquire)) {
+        if (v & shm_left) return culprit = p, "left (its communicator was destroyed)";
+        culprit = static_cast<int>(v & ~shm_left) - 1;
+        if (culprit == p || culprit < 0 || culprit >= size_) return culprit = p, "failed";
+        return "failed after losing rank " + std::to_string(culprit);
+      }
       pollfd f{c.fd, POLLIN, 0};
-      if (::poll(&f, 1, 0) <= 0) return false;
+      if (::poll(&f, 1, 0) <= 0) return {};
       char b;
       const ssize_t r = ::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
       if (r > 0)
         fail(errc::mismatch, "rank " + std::to_string(rank_) + ": unexpected bytes on the control connection of same-host rank " +
                                  std::to_string(p));
-      return r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return {};
+      return culprit = p, "exited or crashed";
     };
-    if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer) && dead(in_peer))
-      fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) +
-                                " (same host) exited, crashed or failed during op #" + std::to_string(id.seq) +
-                                " while this rank waited for its data");
+    if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer))
+      if (auto why = gone(in_peer); !why.empty())
+        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
+                                  " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
     for (int p : shm_peers_)
-      if (!peers_[p].q.empty() && dead(p))
-        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) +
-                                  " (same host) exited, crashed or failed during op #" + std::to_string(id.seq) +
-                                  " before taking the data sent to it");
+      if (!peers_[p].q.empty())
+        if (auto why = gone(p); !why.empty())
+          fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
+                                    " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
   }
 
   static void cpu_relax() noexcept {
@@ -614,7 +622,7 @@ class tcp {
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err) {
     if (err == 0)
       fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
-                                " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq));
+                                " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq), peer);
     fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) +
                               " lost while receiving (" + detail::errno_text(err) + ")");
   }
@@ -706,7 +714,9 @@ class tcp {
   void check_usable() const {
     if (broken_) throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
   }
-  [[noreturn]] void fail(errc kind, const std::string& msg) {
+  // Poisons the transport and throws. `lost` names the rank whose loss caused this (shared with
+  // same-host peers through this rank's `failed` word, so that they can name it too).
+  [[noreturn]] void fail(errc kind, const std::string& msg, int lost = -1) {
     if (!broken_) {
       broken_ = true;
       broken_kind_ = kind;
@@ -718,7 +728,7 @@ class tcp {
       queued_ = 0;
       shm_queued_ = 0;
       if (seg_) {
-        seg_.bell().failed.store(1, std::memory_order_release);
+        seg_.bell().failed.store(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1), std::memory_order_release);
         for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
       }
       log_.warn(msg);
@@ -745,6 +755,7 @@ class tcp {
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
   std::vector<int> shm_peers_;           // ranks reached through shared memory
   static constexpr std::size_t shm_chunk = 64 << 10;  // bytes published per ring update
+  static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
   std::vector<pollfd> pfds_;
   std::vector<int> pidx_;
   bool broken_ = false;
