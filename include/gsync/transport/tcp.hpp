@@ -31,6 +31,7 @@
 /// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
 /// instead of waiting for their own timeouts, and the transport refuses further use.
 
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -71,6 +72,11 @@ struct tcp_options {
   /// -1: automatic, 50 us when this host runs no more ranks than it has cores, else 0 (spinning
   /// on an oversubscribed host would steal the core from the rank being waited for).
   int spin_us = -1;
+  /// Microseconds a shared-memory wait keeps polling, yielding the core between polls, after the
+  /// busy spin and before it sleeps on its futex (GSYNC_YIELD_US). Sleeping costs a wake-up through
+  /// the scheduler (tens of microseconds, milliseconds on a loaded host); yielding keeps the
+  /// latency of a reply that comes soon low without starving the rank being waited for.
+  int yield_us = 2000;
   /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
   bool shm = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
@@ -120,6 +126,7 @@ class tcp {
     seg_.unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
     if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
+    if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
     if (opt_.spin_us < 0) {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
       const int local = li.local_size > 0 ? li.local_size : local_size_;
@@ -485,6 +492,13 @@ class tcp {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
       do {
         for (int i = 0; i < 64; ++i) cpu_relax();
+        if (shm_progress(in_peer)) return;
+      } while (std::chrono::steady_clock::now() < until);
+    }
+    if (opt_.yield_us > 0) {  // give the core to whoever runs (often the rank waited for), stay awake
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.yield_us);
+      do {
+        ::sched_yield();
         if (shm_progress(in_peer)) return;
       } while (std::chrono::steady_clock::now() < until);
     }
