@@ -85,6 +85,19 @@ done
 out=$(bash "$nc" run "$id" --timeout-s 40 -- "$check" 2>&1) || { echo "$out"; fail "gsync_mp_check failed on 2 hosts x 2 ranks"; }
 echo "$out"
 [[ $(grep -c "all results correct" <<<"$out") == 4 ]] || fail "expected 4 ranks reporting correct results"
+# The hierarchical allreduce, forced: shared memory inside each fake host, TCP across.
+out=$(GSYNC_ALGO=hierarchical bash "$nc" run "$id" --timeout-s 40 -- "$check" 2>&1) ||
+  { echo "$out"; fail "gsync_mp_check with GSYNC_ALGO=hierarchical failed on 2 hosts x 2 ranks"; }
+[[ $(grep -c "all results correct" <<<"$out") == 4 ]] || fail "hierarchical: expected 4 ranks reporting correct results"
+down "$id"
+
+echo "== 2 hosts x 3 ranks, 1000 Mbit/s, hierarchical"
+id=$(up 2 1000 3)
+out=$(GSYNC_ALGO=hierarchical GSYNC_DEBUG=INFO bash "$nc" run "$id" --timeout-s 40 -- "$check" 2>&1) ||
+  { echo "$out"; fail "gsync_mp_check with GSYNC_ALGO=hierarchical failed on 2 hosts x 3 ranks"; }
+grep "connected to" <<<"$out" || true
+[[ $(grep -c "all results correct" <<<"$out") == 6 ]] || { echo "$out"; fail "hierarchical 2x3: expected 6 ranks reporting correct results"; }
+grep -q "2 through shared memory, 3 over TCP" <<<"$out" || { echo "$out"; fail "2x3: expected each rank to reach 2 peers by shared memory and 3 by TCP"; }
 down "$id"
 
 echo "== 3 hosts x 1 rank, 1000 Mbit/s"

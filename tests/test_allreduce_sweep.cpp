@@ -63,13 +63,25 @@ void run(Comm& comm, std::span<const T> in, std::span<T> out, Op op) {
     gsync::allreduce<Algo>(comm, in, out, op);
 }
 
-// Each algorithm runs every count except the 4M one, which runs with the automatic choice (the
-// ring), in place and out of place, for every dtype and op.
+// The algorithms added after the first two (halving_doubling, tree, direct) replace the prime near
+// 10^6 with this smaller count, to keep the sweep's run time in check: still several pieces of the
+// 256 KiB scratch (direct) for every dtype wider than a byte, several 64 KiB segments per tree
+// half, and blocks not divisible by the world size.
+constexpr std::size_t medium_count = 196613;  // a prime
+
+template <class Algo>
+constexpr bool is_newer_algo = std::is_same_v<Algo, gsync::algo::halving_doubling> ||
+                               std::is_same_v<Algo, gsync::algo::tree> || std::is_same_v<Algo, gsync::algo::direct>;
+
+// Each algorithm (ring, recursive_doubling, halving_doubling, tree, direct) runs every count
+// except the 4M one, which runs with the automatic choice, in place and out of place, for every
+// dtype and op (the newer algorithms with medium_count instead of 999983).
 template <class T, class Op, class Algo, class Comm>
 void sweep_algo(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
   constexpr bool is_auto = std::is_same_v<Algo, gsync::algo::automatic>;
   const int n = comm.size(), r = comm.rank();
-  for (const auto& cc : counts_for(n)) {
+  for (auto cc : counts_for(n)) {
+    if (is_newer_algo<Algo> && cc.count == 999983) cc.count = medium_count;
     for (int in_place = 0; in_place < 2; ++in_place) {
       if ((cc.count == large_count()) != is_auto) continue;
       const std::size_t count = cc.count;
@@ -112,6 +124,9 @@ template <class T, class Op, class Comm>
 void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transport, buffers& buf) {
   sweep_algo<T, Op, gsync::algo::ring>(comm, sync, fails, transport, buf);
   sweep_algo<T, Op, gsync::algo::recursive_doubling>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::halving_doubling>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::tree>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::direct>(comm, sync, fails, transport, buf);
   sweep_algo<T, Op, gsync::algo::automatic>(comm, sync, fails, transport, buf);
 }
 
@@ -177,3 +192,76 @@ GSYNC_SWEEP("tcp", 5)
 GSYNC_SWEEP("tcp", 6)
 GSYNC_SWEEP("tcp", 7)
 GSYNC_SWEEP("tcp", 8)
+
+// GSYNC_ALGO (config.algo) forces each algorithm by name for the automatic policy; an unknown
+// name is an invalid_argument that lists the valid names.
+TEST_CASE("GSYNC_ALGO forces every allreduce algorithm; unknown names list the valid ones") {
+  using gsync::algo::allreduce_id;
+  const std::pair<const char*, allreduce_id> forced[] = {
+      {"ring", allreduce_id::ring},   {"recursive_doubling", allreduce_id::recursive_doubling},
+      {"halving_doubling", allreduce_id::halving_doubling}, {"tree", allreduce_id::tree},
+      {"direct", allreduce_id::direct}};
+  for (const auto& [algo_name, id] : forced) {
+    CAPTURE(algo_name);
+    gsync::config cfg = test_config();
+    cfg.algo = algo_name;
+    for (int n : {3, 4}) {
+      run_inproc(n, [&](auto& comm, world_sync&) {
+        REQUIRE(comm.settings().algo == algo_name);
+        for (std::size_t count : {std::size_t{5}, std::size_t{100000}}) {
+          const auto ch = gsync::algo::choose_allreduce(count * sizeof(double), comm.size(), comm.transport().name(),
+                                                        comm.settings().algo);
+          REQUIRE(ch.id == id);
+          REQUIRE(ch.reason() == "forced by GSYNC_ALGO=" + std::string(algo_name));
+          std::vector<double> v(count, comm.rank() + 1.0);
+          gsync::allreduce(comm, std::span<double>{v}, gsync::op::avg{});
+          for (double x : v) REQUIRE(x == (n + 1) / 2.0);
+        }
+      }, cfg);
+    }
+  }
+  gsync::config cfg = test_config();
+  cfg.algo = "bogus_tree";
+  run_inproc(2, [](auto& comm, world_sync&) {
+    std::vector<float> v(4);
+    try {
+      gsync::allreduce(comm, std::span<float>{v});
+      FAIL("unknown algorithm accepted");
+    } catch (const gsync::error& e) {
+      REQUIRE(e.code() == gsync::errc::invalid_argument);
+      const std::string what = e.what();
+      CHECK(what.find("bogus_tree") != std::string::npos);
+      for (const char* valid : {"ring", "recursive_doubling", "halving_doubling", "tree", "direct"})
+        CHECK(what.find(valid) != std::string::npos);
+    }
+  }, cfg);
+}
+
+// The automatic choice is the cheapest estimate, the reason names the runner-up, and every
+// algorithm name round-trips through parse_allreduce and visit.
+TEST_CASE("automatic allreduce choice follows the cost model") {
+  using namespace gsync::algo;
+  const auto m = cost_model::for_transport("tcp");
+  for (int n = 1; n <= 64; ++n) {
+    for (std::size_t bytes = 1; bytes <= (std::size_t{256} << 20); bytes *= 2) {
+      const choice ch = choose_allreduce(bytes, n, "tcp", "");
+      for (allreduce_id id : all_allreduce_ids) CHECK(estimate_us(ch.id, bytes, n, m) <= estimate_us(id, bytes, n, m));
+      if (n > 1) {
+        CHECK(ch.runner_up != ch.id);
+        CHECK(ch.runner_up_us >= ch.cost_us);
+      }
+    }
+  }
+  const choice ch = choose_allreduce(8, 4, "tcp", "auto");
+  const std::string why = ch.reason();
+  CHECK(why.find(std::string(name(ch.runner_up))) != std::string::npos);
+  CHECK(why.find("8 B on 4 ranks over tcp") != std::string::npos);
+  for (allreduce_id id : all_allreduce_ids) {
+    const auto parsed = parse_allreduce(name(id), "test");
+    REQUIRE(parsed);
+    CHECK(*parsed == id);
+    CHECK(visit(id, [](auto a) { return std::string(decltype(a)::name); }) == name(id));
+  }
+  CHECK(!parse_allreduce("auto", "test"));
+  CHECK(!parse_allreduce("", "test"));
+}

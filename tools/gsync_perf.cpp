@@ -1,15 +1,19 @@
-// gsync-perf: allreduce bandwidth benchmark and correctness check, modelled on nccl-tests'
-// all_reduce_perf.
+// gsync-perf: collective bandwidth benchmark and correctness check, modelled on nccl-tests'
+// all_reduce_perf (and its reduce_scatter, all_gather, broadcast, reduce and alltoall siblings).
 //
 //   gsyncrun -n 4 -- gsync-perf -b 8 -e 64M -f 2 -d float32 -o sum -a auto -c 1
+//   gsyncrun -n 4 -- gsync-perf --coll allgather -b 1K -e 64M
 //
 // Every rank joins the job from the environment (gsync::tcp_communicator::from_env()). For each
 // message size from -b to -e (geometric with -f, or additive with -i) the tool optionally checks one
 // allreduce against a reference computed on the host (-c 1), runs -w warmup iterations, then times
 // -n iterations. Rank 0 prints one table row per size: the time is the largest per-rank average,
-// algbw = bytes / time, busbw = algbw * 2(N-1)/N (the traffic on each link of a ring), and #wrong
-// the number of output elements, over all ranks, that differ from the reference by more than the
-// tolerance of the element type. --json FILE also writes the rows as JSON.
+// algbw = bytes / time, busbw = algbw * factor with nccl-tests' factors (allreduce 2(N-1)/N, the
+// traffic on each link of a ring; reduce_scatter, allgather, alltoall (N-1)/N; broadcast, reduce 1),
+// and #wrong the number of output elements, over all ranks, that differ from the reference by more
+// than the tolerance of the element type. As in nccl-tests, the size of reduce_scatter, allgather
+// and alltoall is the whole N-block buffer (per-rank block = size / N). --json FILE also writes
+// the rows as JSON, each with the collective in "op".
 //
 // Exit status: 0 when every check passed, 1 when an element was wrong, 2 for usage errors, 3 when
 // gsync (or anything else) failed at run time.
@@ -32,7 +36,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "gsync/allgather.hpp"
 #include "gsync/allreduce.hpp"
+#include "gsync/alltoall.hpp"
+#include "gsync/broadcast.hpp"
+#include "gsync/reduce.hpp"
+#include "gsync/reduce_scatter.hpp"
 #include "gsync/communicator.hpp"
 #include "gsync/core/config.hpp"
 #include "gsync/core/dtype.hpp"
@@ -70,6 +79,42 @@ constexpr gsync::dtype all_dtypes[] = {
 };
 constexpr redop all_redops[] = {redop::sum, redop::prod, redop::min, redop::max, redop::avg};
 
+/// The collective benchmarked (the `--coll` option).
+enum class coll { allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall };
+
+/// The name of `c` as accepted by `--coll` and written to JSON's "op".
+constexpr std::string_view coll_name(coll c) noexcept {
+  switch (c) {
+    case coll::allreduce: return "allreduce";
+    case coll::reduce_scatter: return "reduce_scatter";
+    case coll::allgather: return "allgather";
+    case coll::broadcast: return "broadcast";
+    case coll::reduce: return "reduce";
+    case coll::alltoall: return "alltoall";
+  }
+  return "?";
+}
+constexpr coll all_colls[] = {coll::allreduce, coll::reduce_scatter, coll::allgather, coll::broadcast, coll::reduce, coll::alltoall};
+
+/// True when the collective combines values (takes -o).
+constexpr bool reduces(coll c) noexcept { return c == coll::allreduce || c == coll::reduce_scatter || c == coll::reduce; }
+
+/// True when the size is the whole buffer of N blocks (nccl-tests' convention for these).
+constexpr bool blocked(coll c) noexcept { return c == coll::reduce_scatter || c == coll::allgather || c == coll::alltoall; }
+
+/// nccl-tests' bus bandwidth factor of `c` over `n` ranks (doc/PERFORMANCE.md).
+constexpr double busbw_factor(coll c, int n) noexcept {
+  switch (c) {
+    case coll::allreduce: return 2.0 * (n - 1) / n;
+    case coll::reduce_scatter:
+    case coll::allgather:
+    case coll::alltoall: return static_cast<double>(n - 1) / n;
+    case coll::broadcast:
+    case coll::reduce: return 1.0;
+  }
+  return 1.0;
+}
+
 /// Everything the command line says.
 struct options {
   std::size_t min_bytes = 8;
@@ -80,8 +125,11 @@ struct options {
   std::string dtype_label = "float32";
   std::vector<redop> redops{redop::sum};
   std::string redop_label = "sum";
-  std::optional<gsync::algo::allreduce_id> algo;  ///< nothing = automatic
+  std::optional<gsync::algo::allreduce_id> algo;  ///< nothing = automatic (allreduce)
+  std::optional<gsync::algo::collective_id> coll_algo;  ///< nothing = automatic (other collectives)
   std::string algo_label = "auto";
+  coll collective = coll::allreduce;
+  int root = 0;
   int iters = 20;
   int warmup = 5;
   bool check = true;
@@ -97,6 +145,7 @@ struct usage_error {
 
 /// One table row.
 struct row {
+  coll collective = coll::allreduce;
   std::size_t bytes = 0;
   std::size_t count = 0;
   std::string dtype;
@@ -123,7 +172,12 @@ void print_usage(std::FILE* f) {
                "                          int32 uint32 int64 uint64, nccl aliases (float, double, half,\n"
                "                          bf16, int, ...), or all (default float32)\n"
                "  -o, --op OP             sum prod min max avg, or all (default sum)\n"
-               "  -a, --algo ALGO         %s (default auto)\n"
+               "      --coll NAME         allreduce reduce_scatter allgather broadcast reduce alltoall\n"
+               "                          (default allreduce; for reduce_scatter, allgather and alltoall\n"
+               "                          sizes are the whole buffer of N blocks, as in nccl-tests)\n"
+               "  -a, --algo ALGO         allreduce: %s; broadcast, reduce: %s;\n"
+               "                          reduce_scatter, allgather: %s; alltoall: %s (default auto)\n"
+               "  -r, --root R            root rank of broadcast and reduce (default 0)\n"
                "  -n, --iters N           timed iterations per size (default 20)\n"
                "  -w, --warmup_iters N    untimed iterations before timing (default 5)\n"
                "  -c, --check 0|1         check one result per size against a reference (default 1)\n"
@@ -131,7 +185,8 @@ void print_usage(std::FILE* f) {
                "      --json FILE         rank 0 also writes the results to FILE as JSON\n"
                "  -h, --help              this text\n"
                "exit status: 0 all correct, 1 wrong results, 2 usage error, 3 run-time failure\n",
-               std::string(gsync::algo::allreduce_names).c_str());
+               std::string(gsync::algo::allreduce_names).c_str(), std::string(gsync::algo::rooted_names).c_str(),
+               std::string(gsync::algo::block_names).c_str(), std::string(gsync::algo::alltoall_names).c_str());
 }
 
 /// Lower-cases `s` (ASCII).
@@ -197,6 +252,7 @@ int parse_int_arg(const std::string& opt, const std::string& v, int lo, int hi) 
 options parse_args(int argc, char** argv) {
   options o;
   bool factor_given = false;
+  std::optional<std::pair<std::string, std::string>> algo_arg;  // (option, value), parsed once --coll is known
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     std::string value;
@@ -263,14 +319,20 @@ options parse_args(int argc, char** argv) {
         throw usage_error{a + ": unknown operator '" + v + "' (valid: sum, prod, min, max, avg, all)"};
       }
     } else if (a == "-a" || a == "--algo") {
-      const std::string v = next();
-      try {
-        o.algo = gsync::algo::parse_allreduce(v, a);
-      } catch (const gsync::error&) {
-        throw usage_error{a + ": unknown allreduce algorithm '" + v + "' (valid: " +
-                          std::string(gsync::algo::allreduce_names) + ")"};
-      }
-      o.algo_label = o.algo ? v : "auto";
+      algo_arg = std::make_pair(a, next());
+    } else if (a == "--coll") {
+      const std::string v = lower(next());
+      bool found = false;
+      for (coll c : all_colls)
+        if (coll_name(c) == v) {
+          o.collective = c;
+          found = true;
+        }
+      if (!found)
+        throw usage_error{a + ": unknown collective '" + v +
+                          "' (valid: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall)"};
+    } else if (a == "-r" || a == "--root") {
+      o.root = parse_int_arg(a, next(), 0, 1 << 30);
     } else if (a == "-n" || a == "--iters") {
       o.iters = parse_int_arg(a, next(), 1, 1 << 30);
     } else if (a == "-w" || a == "--warmup_iters") {
@@ -287,6 +349,32 @@ options parse_args(int argc, char** argv) {
     }
   }
   if (o.help) return o;
+  if (algo_arg) {
+    const auto& [a, v] = *algo_arg;
+    if (o.collective == coll::allreduce) {
+      try {
+        o.algo = gsync::algo::parse_allreduce(v, a);
+      } catch (const gsync::error&) {
+        throw usage_error{a + ": unknown allreduce algorithm '" + v + "' (valid: " +
+                          std::string(gsync::algo::allreduce_names) + ")"};
+      }
+      o.algo_label = o.algo ? v : "auto";
+    } else {
+      const std::string_view cn = coll_name(o.collective);
+      try {
+        o.coll_algo = gsync::algo::parse_collective(cn, v, a);
+      } catch (const gsync::error&) {
+        throw usage_error{a + ": unknown " + std::string(cn) + " algorithm '" + v + "' (valid: " +
+                          std::string(gsync::algo::valid_names(cn)) + ")"};
+      }
+      o.algo_label = o.coll_algo ? std::string(gsync::algo::name(*o.coll_algo)) : "auto";
+    }
+  }
+  if (o.collective == coll::alltoall && o.inplace) throw usage_error{"--inplace 1: alltoall has no in-place form"};
+  if (!reduces(o.collective)) {  // -o does not apply: one run per dtype
+    o.redops = {redop::sum};
+    o.redop_label = "none";
+  }
   if (factor_given && o.increment != 0) throw usage_error{"give either -f (multiply) or -i (add), not both"};
   if (o.min_bytes == 0) throw usage_error{"-b must be at least 1 byte"};
   if (o.max_bytes < o.min_bytes) throw usage_error{"-e must not be smaller than -b"};
@@ -419,7 +507,7 @@ constexpr double float_eps() noexcept {
 /// `input_value`: exactly for integers (and for float min/max/prod, which are exact with these
 /// inputs), within world * eps * sum|x| (divided by world for avg) for float sums and averages.
 template <class T, class Op>
-std::int64_t count_wrong(const T* out, std::size_t count, int world) {
+std::int64_t count_wrong(const T* out, std::size_t count, int world, std::size_t first = 0) {
   constexpr bool is_sum = std::is_same_v<Op, gsync::op::sum>;
   constexpr bool is_avg = std::is_same_v<Op, gsync::op::avg>;
   constexpr bool is_prod = std::is_same_v<Op, gsync::op::prod>;
@@ -429,7 +517,7 @@ std::int64_t count_wrong(const T* out, std::size_t count, int world) {
     if constexpr (is_float_v<T>) {
       double acc = is_prod ? 1.0 : 0.0, abs_sum = 0.0;
       for (int r = 0; r < world; ++r) {
-        const double x = to_double(input_value<T, Op>(r, i, world));
+        const double x = to_double(input_value<T, Op>(r, first + i, world));
         if constexpr (is_sum || is_avg) {
           acc += x;
           abs_sum += std::fabs(x);
@@ -450,7 +538,7 @@ std::int64_t count_wrong(const T* out, std::size_t count, int world) {
       using W = std::conditional_t<std::is_signed_v<T>, std::int64_t, std::uint64_t>;
       W acc = is_prod ? 1 : 0;
       for (int r = 0; r < world; ++r) {
-        const W x = static_cast<W>(input_value<T, Op>(r, i, world));
+        const W x = static_cast<W>(input_value<T, Op>(r, first + i, world));
         if constexpr (is_sum || is_avg) acc += x;
         else if constexpr (is_prod) acc *= x;
         else if constexpr (is_min) acc = r == 0 ? x : std::min(acc, x);
@@ -485,7 +573,8 @@ void barrier(gsync::tcp_communicator& comm) {
 template <class Algo>
 std::string algo_ran(gsync::tcp_communicator& comm, std::size_t bytes) {
   if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) {
-    const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo);
+    const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
+                                                  &comm.transport().topo());
     return gsync::algo::visit(ch.id, [](auto a) { return std::string(decltype(a)::name); });
   } else {
     return std::string(Algo::name);
@@ -560,9 +649,165 @@ void run_case(bench& b) {
   }
 }
 
+/// True when policy `Algo` can run collective `c` for element `T` and operator `Op` (automatic can).
+template <class Algo, class T, class Op>
+constexpr bool can_run(coll c) {
+  using P = gsync::host_primitives<T, Op, gsync::transport::tcp>;
+  if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) return true;
+  else {
+    switch (c) {
+      case coll::reduce_scatter: return gsync::reduce_scatter_algorithm<Algo, P>;
+      case coll::allgather: return gsync::allgather_algorithm<Algo, P>;
+      case coll::broadcast: return gsync::broadcast_algorithm<Algo, P>;
+      case coll::reduce: return gsync::rooted_reduce_algorithm<Algo, P>;
+      case coll::alltoall: return gsync::alltoall_algorithm<Algo, P>;
+      case coll::allreduce: return false;
+    }
+    return false;
+  }
+}
+
+/// The name of the algorithm that policy `Algo` runs for collective `c` with `bytes` per call (for
+/// `automatic`, what algo/select_collectives.hpp picks, honouring GSYNC_ALGO_<COLLECTIVE>).
+template <class Algo>
+std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t bytes) {
+  if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) {
+    const auto& s = comm.settings();
+    const std::size_t seg = comm.segment_bytes();
+    const int n = comm.size();
+    gsync::algo::collective_id id = gsync::algo::collective_id::ring;
+    switch (c) {
+      case coll::reduce_scatter: id = gsync::algo::choose_reduce_scatter(bytes, n, seg, s.algo_reduce_scatter).id; break;
+      case coll::allgather: id = gsync::algo::choose_allgather(bytes, n, seg, s.algo_allgather).id; break;
+      case coll::broadcast: id = gsync::algo::choose_broadcast(bytes, n, seg, s.algo_broadcast).id; break;
+      case coll::reduce: id = gsync::algo::choose_reduce(bytes, n, seg, s.algo_reduce).id; break;
+      case coll::alltoall: id = gsync::algo::choose_alltoall(bytes, n, seg, s.algo_alltoall).id; break;
+      case coll::allreduce: break;
+    }
+    return std::string(gsync::algo::name(id));
+  } else {
+    return std::string(Algo::name);
+  }
+}
+
+/// Benchmarks (and checks) every size of a collective other than allreduce for element type `T`,
+/// operator `Op` (reducing collectives only) and algorithm `Algo`. Sizes of reduce_scatter,
+/// allgather and alltoall are the whole N-block buffer, as in nccl-tests.
+template <class T, class Op, class Algo>
+void run_coll_case(bench& b) {
+  auto& comm = b.comm;
+  const options& o = b.opt;
+  const coll cl = o.collective;
+  if (!can_run<Algo, T, Op>(cl)) return;  // parse_collective lets no such pair through
+  const int rank = comm.rank(), world = comm.size(), root = o.root;
+  const std::size_t blocks = blocked(cl) ? static_cast<std::size_t>(world) : 1;
+  const std::size_t max_total = o.max_bytes / sizeof(T);
+  if (max_total / blocks == 0) return;
+  std::vector<T> in(max_total), out(max_total);
+  fill_input<T, Op>(in.data(), max_total, rank, world);
+  auto same = [](const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; };
+
+  std::size_t last_c = 0;
+  for (const std::size_t size : b.sizes) {
+    const std::size_t c = size / sizeof(T) / blocks;  // per-rank block (or buffer) elements
+    if (c == 0 || c == last_c) continue;
+    last_c = c;
+    const std::size_t total = c * blocks;
+    const std::size_t bytes = total * sizeof(T);
+    const std::size_t rc = static_cast<std::size_t>(rank) * c;
+    T* const ip = (cl == coll::allgather && o.inplace) ? out.data() + rc : in.data();
+    T* const op = o.inplace ? (cl == coll::reduce_scatter ? in.data() + rc : cl == coll::reduce ? in.data() : out.data())
+                            : out.data();
+    auto run_once = [&] {
+      switch (cl) {
+        case coll::reduce_scatter:
+          if constexpr (can_run<Algo, T, Op>(coll::reduce_scatter))
+            gsync::reduce_scatter<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, c}, Op{});
+          break;
+        case coll::allgather:
+          if constexpr (can_run<Algo, T, Op>(coll::allgather))
+            gsync::allgather<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, total});
+          break;
+        case coll::broadcast:
+          if constexpr (can_run<Algo, T, Op>(coll::broadcast)) gsync::broadcast<Algo>(comm, std::span<T>{ip, c}, root);
+          break;
+        case coll::reduce:
+          if constexpr (can_run<Algo, T, Op>(coll::reduce))
+            gsync::reduce<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, c}, Op{}, root);
+          break;
+        case coll::alltoall:
+          if constexpr (can_run<Algo, T, Op>(coll::alltoall))
+            gsync::alltoall<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, total});
+          break;
+        case coll::allreduce: break;
+      }
+    };
+
+    row r;
+    if (o.check) {
+      // Inputs as the reference expects them (the timed runs below may have changed them).
+      switch (cl) {
+        case coll::broadcast:
+          if (rank == root) fill_input<T, Op>(ip, c, root, world);
+          else std::memset(static_cast<void*>(ip), 0, c * sizeof(T));
+          break;
+        case coll::allgather: fill_input<T, Op>(ip, c, rank, world); break;
+        default: fill_input<T, Op>(ip, total, rank, world); break;
+      }
+      run_once();
+      std::int64_t wrong = 0;
+      switch (cl) {
+        case coll::reduce_scatter: wrong = count_wrong<T, Op>(op, c, world, rc); break;
+        case coll::reduce: wrong = rank == root ? count_wrong<T, Op>(op, c, world) : 0; break;
+        case coll::broadcast:
+          for (std::size_t i = 0; i < c; ++i) wrong += !same(ip[i], input_value<T, Op>(root, i, world));
+          break;
+        case coll::allgather:
+          for (int j = 0; j < world; ++j)
+            for (std::size_t i = 0; i < c; ++i) wrong += !same(op[static_cast<std::size_t>(j) * c + i], input_value<T, Op>(j, i, world));
+          break;
+        case coll::alltoall:
+          for (int j = 0; j < world; ++j)
+            for (std::size_t i = 0; i < c; ++i)
+              wrong += !same(op[static_cast<std::size_t>(j) * c + i], input_value<T, Op>(j, rc + i, world));
+          break;
+        case coll::allreduce: break;
+      }
+      gsync::allreduce(comm, std::span<std::int64_t>{&wrong, 1}, gsync::op::sum{});
+      r.wrong = wrong;
+    }
+    // In place, a reduction rewrites its own input: keep it at values repeated runs leave unchanged.
+    if (o.inplace && (cl == coll::reduce_scatter || cl == coll::reduce)) fill_stable<T, Op>(in.data(), total);
+
+    for (int w = 0; w < o.warmup; ++w) run_once();
+    barrier(comm);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o.iters; ++it) run_once();
+    const auto t1 = std::chrono::steady_clock::now();
+    double time_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / o.iters;
+    gsync::allreduce(comm, std::span<double>{&time_us, 1}, gsync::op::max{});
+
+    r.collective = cl;
+    r.bytes = bytes;
+    r.count = total;
+    r.dtype = std::string(gsync::name(gsync::dtype_of<T>));
+    r.redop = reduces(cl) ? std::string(Op::name) : "none";
+    r.algo = coll_algo_ran<Algo>(comm, cl, (blocked(cl) ? c : total) * sizeof(T));
+    r.time_us = time_us;
+    r.algbw = time_us > 0 ? static_cast<double>(bytes) / time_us / 1e3 : 0.0;
+    r.busbw = r.algbw * busbw_factor(cl, world);
+    if (rank == 0) print_row(r);
+    b.rows.push_back(std::move(r));
+  }
+}
+
 /// Runs the case for `T` and `Op` with the algorithm chosen by -a.
 template <class T, class Op>
 void run_algo(bench& b) {
+  if (b.opt.collective != coll::allreduce) {
+    if (!b.opt.coll_algo) return run_coll_case<T, Op, gsync::algo::automatic>(b);
+    return gsync::algo::visit(*b.opt.coll_algo, [&](auto a) { run_coll_case<T, Op, decltype(a)>(b); });
+  }
   if (!b.opt.algo) return run_case<T, Op, gsync::algo::automatic>(b);
   gsync::algo::visit(*b.opt.algo, [&](auto a) { run_case<T, Op, decltype(a)>(b); });
 }
@@ -615,8 +860,8 @@ bool write_json(std::FILE* f, int world, std::string_view transport, const std::
   std::fprintf(f, ", \"rows\": [");
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const row& r = rows[k];
-    std::fprintf(f, "%s\n  {\"op\": \"allreduce\", \"bytes\": %zu, \"count\": %zu, \"dtype\": ", k ? "," : "", r.bytes,
-                 r.count);
+    std::fprintf(f, "%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": ", k ? "," : "",
+                 std::string(coll_name(r.collective)).c_str(), r.bytes, r.count);
     json_string(f, r.dtype);
     std::fprintf(f, ", \"redop\": ");
     json_string(f, r.redop);
@@ -681,12 +926,22 @@ int run(int argc, char** argv) {
   gsync::allreduce(comm, std::span<std::int32_t>{&json_failed, 1}, gsync::op::max{});
   if (json_failed != 0) return exit_usage;
 
+  if (opt.root >= world) {
+    if (g_rank == 0) std::fprintf(stderr, "gsync-perf: -r %d is not a rank of this %d-rank job\n", opt.root, world);
+    return exit_usage;
+  }
   bench b{comm, opt, message_sizes(opt), {}};
   if (g_rank == 0) {
     std::string algo = opt.algo_label;
-    if (!opt.algo && !comm.settings().algo.empty()) algo += " (GSYNC_ALGO=" + comm.settings().algo + ")";
-    std::printf("# gsync-perf: %d ranks, transport %s, dtype %s, op %s, algo %s, iters %d, warmup %d, check %d, %s\n",
-                world, transport.c_str(), opt.dtype_label.c_str(), opt.redop_label.c_str(), algo.c_str(), opt.iters,
+    if (opt.collective == coll::allreduce && !opt.algo && !comm.settings().algo.empty())
+      algo += " (GSYNC_ALGO=" + comm.settings().algo + ")";
+    std::string coll_label;
+    if (opt.collective != coll::allreduce) {
+      coll_label = "collective " + std::string(coll_name(opt.collective)) + ", ";
+      if (opt.collective == coll::broadcast || opt.collective == coll::reduce) coll_label += "root " + std::to_string(opt.root) + ", ";
+    }
+    std::printf("# gsync-perf: %d ranks, transport %s, %sdtype %s, op %s, algo %s, iters %d, warmup %d, check %d, %s\n",
+                world, transport.c_str(), coll_label.c_str(), opt.dtype_label.c_str(), opt.redop_label.c_str(), algo.c_str(), opt.iters,
                 opt.warmup, opt.check ? 1 : 0, opt.inplace ? "in place" : "out of place");
     char step[64];
     if (opt.increment != 0) std::snprintf(step, sizeof step, "step +%s", human_bytes(opt.increment).c_str());

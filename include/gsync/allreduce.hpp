@@ -29,25 +29,15 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/primitives.hpp"
+#include "gsync/detail/collective.hpp"
 
 namespace gsync {
 
 namespace detail {
 
-/// Wire tag of allreduce messages.
-inline constexpr std::uint32_t tag_allreduce = 1;
-
-/// Name of an operator for logs: its `name` member if any, else "user".
-template <class Op>
-constexpr std::string_view op_name() {
-  if constexpr (requires { Op::name; }) return Op::name;
-  else return "user";
-}
-
 template <class Algo, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
-  const std::size_t seg = std::max<std::size_t>(1, comm.segment_bytes() / sizeof(T));
-  host_primitives<T, Op, X> p(comm.transport(), id, in, out, count, seg, op, comm.make_deadline(), comm.scratch());
+  auto p = make_primitives(comm, id, in, out, count, op);
   Algo::allreduce(p);
 }
 
@@ -56,7 +46,8 @@ void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t coun
   const message_id id{tag_allreduce, comm.next_seq()};
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
-    const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo);
+    const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo,
+                                             &comm.transport().topo());
     if (comm.log().enabled(log_level::info)) {
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
                           std::string(op_name<Op>()) + ")";
@@ -83,10 +74,8 @@ void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
   if (in.size() != out.size())
     throw error(errc::invalid_argument, "allreduce: input has " + std::to_string(in.size()) + " elements but output has " +
                                             std::to_string(out.size()));
-  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
-  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
-  const std::size_t nb = in.size_bytes();
-  if (ib != ob && nb != 0 && ib < ob + nb && ob < ib + nb)
+  if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
+      detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
     throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
   detail::allreduce_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
 }

@@ -16,7 +16,11 @@
 /// stays busy. Each rank sends and receives 2(N-1)/N of the buffer, the bandwidth optimum.
 /// Results are bitwise identical on every rank: each chunk is combined in one order, by its owner's
 /// chain, and then copied. Out of place, the input is only read: no copy of it is made.
+///
+/// The same policy holds the ring's other schedules; each opens with how its chunks move.
 
+#include <algorithm>
+#include <cstddef>
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
@@ -51,6 +55,138 @@ struct ring {
     }
     const int last = wrap(r + 2, n);
     for (std::size_t k = 0; k < S; ++k) p.recv(prev, p.out(L.segment(last, k)));
+    p.finish();
+  }
+
+  /// Ring reduce-scatter: `p.count()` = c elements per block; the input holds N blocks of c
+  /// (block b at b*c), the output one block, and rank r ends with block r reduced over all ranks.
+  ///
+  /// How chunks move. Block b's reduction is a chain that starts at rank b+1 and ends at rank b:
+  /// every rank sends only to next = r+1 and receives only from prev = r-1. Step 0: rank r sends
+  /// its input block r-1. At step s (0..N-2) it receives the partial of block r-s-2 from prev,
+  /// combines it with its own input block (its value on the left) and forwards the result at step
+  /// s+1; at step N-2 the block that arrives is r itself, the combination is the last one (it
+  /// applies the operator's finalize: avg divides here) and lands in the output. Each block travels
+  /// as S segments, every segment of a step queued before the next step's, so receiving, combining
+  /// and sending overlap as in the allreduce. The partials of steps 0..N-3 must stay intact until
+  /// next has taken them, and the output holds one block only, so they live in the communicator's
+  /// fixed scratch, one slot per step: the blocks are therefore processed in pieces of
+  /// scratch/(N-2) columns (the whole block when N = 2), each piece a full pipelined ring followed by
+  /// `finish()` before the next piece reuses the scratch. Each rank sends and receives (N-1)c
+  /// elements, the bandwidth optimum. In place (output = input block r), block r is read only by
+  /// the last combination, which writes it.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void reduce_scatter(P& p) {
+    const int n = p.size(), r = p.rank();
+    const std::size_t c = p.count();
+    if (n == 1) return p.copy_final(p.out({0, c}), p.in({0, c}));
+    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
+    const std::size_t width = n > 2 ? std::max<std::size_t>(1, p.scratch_elems() / static_cast<std::size_t>(n - 2)) : c;
+    for (std::size_t col = 0; col < c; col += width) {
+      const std::size_t w = std::min(width, c - col);
+      const block_layout in_l(c, col, w, p.segment_elems());   // N input blocks
+      const block_layout out_l(0, col, w, p.segment_elems());  // the one output block
+      const block_layout tmp_l(w, 0, w, p.segment_elems());    // scratch slot s = partial of step s
+      const std::size_t S = in_l.segments();
+      for (std::size_t k = 0; k < S; ++k) p.send(next, p.in(in_l.segment(wrap(r - 1, n), k)));
+      for (int s = 0; s <= n - 2; ++s) {
+        const int b = wrap(r - s - 2, n);
+        for (std::size_t k = 0; k < S; ++k) {
+          if (s == n - 2) p.recv_reduce(prev, p.out(out_l.segment(0, k)), p.in(in_l.segment(b, k)), /*final=*/true);
+          else p.recv_reduce_send(prev, next, p.scratch(tmp_l.segment(s, k)), p.in(in_l.segment(b, k)), false);
+        }
+      }
+      p.finish();
+    }
+  }
+
+  /// Ring allgather: `p.count()` = c elements per block; the input is one block, the output N
+  /// blocks of c, block b being rank b's input.
+  ///
+  /// How chunks move. Rank r copies its input into output block r (nothing to do in place, where
+  /// the input is that block) and sends it to next = r+1. At step t (0..N-2) it receives block
+  /// r-t-1 from prev = r-1 straight into its place in the output and, except at the last step,
+  /// forwards it from there. Every block travels as S segments, all segments of a step queued
+  /// before the next step's, so a segment is forwarded as soon as it has arrived. Each rank sends
+  /// and receives (N-1)c elements; no scratch is used.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void allgather(P& p) {
+    const int n = p.size(), r = p.rank();
+    const std::size_t c = p.count();
+    const block_layout L(c, 0, c, p.segment_elems());
+    const std::size_t S = L.segments();
+    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
+    if (n > 1)
+      for (std::size_t k = 0; k < S; ++k) p.send(next, p.in(L.segment(0, k)));  // block 0 of the input = the input
+    p.copy(p.out(L.block(r)), p.in({0, c}));
+    for (int t = 0; t <= n - 2; ++t) {
+      const int b = wrap(r - t - 1, n);
+      for (std::size_t k = 0; k < S; ++k) {
+        if (t < n - 2) p.recv_copy_send(prev, next, p.out(L.segment(b, k)));
+        else p.recv(prev, p.out(L.segment(b, k)));
+      }
+    }
+    p.finish();
+  }
+
+  /// Pipelined chain broadcast of `p.count()` elements (the output buffer) from `root`.
+  ///
+  /// How chunks move. The ranks form a chain in ring order starting at the root: root, root+1, ...,
+  /// root+N-1. The buffer is cut into segments; the root queues every segment for root+1; each
+  /// other rank receives segment k from its predecessor into its buffer and (except the last rank)
+  /// forwards it from there at once, so all N-1 links carry different segments at the same time.
+  /// Cost: (N-1+S-1) segment times, about one buffer time for many segments: bandwidth-optimal for
+  /// large buffers. No scratch is used.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void broadcast(P& p, int root) {
+    const int n = p.size(), r = p.rank();
+    if (n == 1) return;
+    const int v = wrap(r - root, n);
+    const block_layout L(0, 0, p.count(), p.segment_elems());
+    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
+    for (std::size_t k = 0; k < L.segments(); ++k) {
+      const auto seg = p.out(L.segment(0, k));
+      if (v == 0) p.send(next, seg);
+      else if (v == n - 1) p.recv(prev, seg);
+      else p.recv_copy_send(prev, next, seg);
+    }
+    p.finish();
+  }
+
+  /// Pipelined chain reduce of `p.count()` elements to `root` (output used on the root only).
+  ///
+  /// How chunks move. The chain runs in ring order towards the root: root+N-1 -> root+N-2 -> ... ->
+  /// root+1 -> root. The last rank of the chain sends its input segments; each middle rank receives
+  /// segment k's partial from its upstream neighbour (r+1), combines it with its own input segment
+  /// (its value on the left) and forwards the result at once to r-1; the root's combination is the
+  /// last (finalize applied, avg divides) and lands in its output. Middle ranks keep their partials
+  /// in the communicator's fixed scratch (their output is not theirs to write), so every rank walks
+  /// the buffer in scratch-sized pieces, a middle rank calling `finish()` after each piece before
+  /// reusing the scratch. In place (input = output on the root) each segment is read before it is
+  /// overwritten.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void reduce(P& p, int root) {
+    const int n = p.size(), r = p.rank();
+    const std::size_t count = p.count();
+    if (n == 1) return p.copy_final(p.out({0, count}), p.in({0, count}));
+    const int v = wrap(r - root, n);
+    const int up = wrap(r + 1, n), down = wrap(r - 1, n);
+    const std::size_t piece = std::max<std::size_t>(1, p.scratch_elems());
+    for (std::size_t col = 0; col < count; col += piece) {
+      const std::size_t w = std::min(piece, count - col);
+      const block_layout L(0, col, w, p.segment_elems());
+      const block_layout tmp(0, 0, w, p.segment_elems());
+      for (std::size_t k = 0; k < L.segments(); ++k) {
+        if (v == n - 1) p.send(down, p.in(L.segment(0, k)));
+        else if (v == 0) p.recv_reduce(up, p.out(L.segment(0, k)), p.in(L.segment(0, k)), /*final=*/true);
+        else p.recv_reduce_send(up, down, p.scratch(tmp.segment(0, k)), p.in(L.segment(0, k)), false);
+      }
+      if (v != 0 && v != n - 1) p.finish();  // the scratch is reused by the next piece
+    }
     p.finish();
   }
 

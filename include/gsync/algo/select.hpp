@@ -3,21 +3,27 @@
 /// Dispatch: the one place where runtime facts (bytes, world size, transport, GSYNC_ALGO, a
 /// template hint) become an algorithm type.
 ///
-/// `algo::automatic` is the default of every collective. For allreduce it weighs the two schedules
-/// with the alpha-beta model: recursive doubling costs log2(P) (+2 when N is not a power of two)
-/// latencies and moves the whole buffer each time; the ring costs 2(N-1) latencies and moves
-/// 2(N-1)/N of the buffer, pipelined. Below a per-world-size threshold (measured on loopback TCP,
-/// see benchmarks/results/) the latency term wins and recursive doubling is chosen. The choice and
-/// its reason are logged once per collective shape at GSYNC_DEBUG=INFO.
+/// `algo::automatic` is the default of every collective. For allreduce it estimates the time of
+/// each of the five schedules with one alpha-beta-gamma cost model (`estimate_us`: alpha per
+/// message on the critical path, beta per byte sent, gamma per byte reduced; constants in
+/// `cost_model`, measured on this project's machine, see benchmarks/results/algorithms/) and
+/// picks the cheapest. The choice and its reason (the two best estimates) are logged once per
+/// collective shape at GSYNC_DEBUG=INFO.
 
 #include <bit>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "gsync/algo/direct.hpp"
+#include "gsync/algo/halving_doubling.hpp"
+#include "gsync/algo/hierarchical.hpp"
 #include "gsync/algo/recursive_doubling.hpp"
 #include "gsync/algo/ring.hpp"
+#include "gsync/algo/tree.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/topology.hpp"
 
 namespace gsync::algo {
 
@@ -27,31 +33,151 @@ struct automatic {
 };
 
 /// Runtime identity of an allreduce algorithm.
-enum class allreduce_id { ring, recursive_doubling };
+enum class allreduce_id { ring, recursive_doubling, halving_doubling, tree, direct, hierarchical };
+
+/// The hierarchical policy the dispatcher runs: ring inside hosts, ring across hosts.
+using hierarchical_default = hierarchical<ring, ring>;
+
+/// Every flat allreduce algorithm, in the order the cost model lists them (hierarchical is
+/// considered separately, when the ranks span several hosts).
+inline constexpr allreduce_id all_allreduce_ids[] = {allreduce_id::ring, allreduce_id::recursive_doubling,
+                                                     allreduce_id::halving_doubling, allreduce_id::tree,
+                                                     allreduce_id::direct};
 
 /// Names accepted by GSYNC_ALGO and gsync-perf's -a for allreduce.
-inline constexpr std::string_view allreduce_names = "auto, ring, recursive_doubling";
+inline constexpr std::string_view allreduce_names = "auto, ring, recursive_doubling, halving_doubling, tree, direct, hierarchical";
 
 /// The name of an allreduce algorithm.
 constexpr std::string_view name(allreduce_id id) {
-  return id == allreduce_id::ring ? ring::name : recursive_doubling::name;
+  switch (id) {
+    case allreduce_id::ring: return ring::name;
+    case allreduce_id::recursive_doubling: return recursive_doubling::name;
+    case allreduce_id::halving_doubling: return halving_doubling::name;
+    case allreduce_id::tree: return tree::name;
+    case allreduce_id::direct: return direct::name;
+    case allreduce_id::hierarchical: return hierarchical_default::name;
+  }
+  return "?";
 }
 
 /// Parses an algorithm name (nullopt for auto); throws invalid_argument listing the valid names.
+/// Short aliases: rd (recursive_doubling), hd and rabenseifner (halving_doubling).
 inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::string_view where) {
   if (s.empty() || s == "auto" || s == "automatic") return std::nullopt;
   if (s == "ring") return allreduce_id::ring;
   if (s == "recursive_doubling" || s == "rd") return allreduce_id::recursive_doubling;
+  if (s == "halving_doubling" || s == "hd" || s == "rabenseifner") return allreduce_id::halving_doubling;
+  if (s == "tree") return allreduce_id::tree;
+  if (s == "direct") return allreduce_id::direct;
+  if (s == "hierarchical" || s == "hier") return allreduce_id::hierarchical;
   throw error(errc::invalid_argument, std::string(where) + ": unknown allreduce algorithm '" + std::string(s) +
                                           "' (valid: " + std::string(allreduce_names) + ")");
 }
 
-/// Largest buffer for which recursive doubling beats the ring over `world` ranks.
-/// Measured on loopback TCP (2 cores): at 2 and 4 ranks recursive doubling is faster up to
-/// 128 KiB; beyond 4 ranks its log2(N) whole-buffer transfers cost more, so the limit shrinks.
-inline std::size_t recursive_doubling_limit(int world) {
-  if (world <= 4) return 128 << 10;
-  return 32 << 10;
+/// Constants of the allreduce cost model, in microseconds.
+///
+/// `tcp_loopback` was fitted to gsync-perf runs of every algorithm at N = 2, 3, 4, 8 and 8 B ..
+/// 64 MiB over loopback TCP on a 2-core VM shared with other jobs (tables, commands and the fit
+/// script in benchmarks/results/algorithms/): alpha = median of time / alpha-coefficient over the
+/// points up to 2 KiB, beta and gamma = least squares on relative error over the points from
+/// 1 MiB. Caveats: N > 2 ranks share 2 cores, so every hop also pays context switches (alpha,
+/// 156 us, is an average over 2..8 ranks and far above a host with a core per rank, where one hop
+/// costs about 10 us); the machine was loaded, so single points were off by up to 10x (best of 5
+/// runs kept); and gamma could not be separated from beta (the fit gives 0: the reduction overlaps
+/// the kernel's copies). Another machine or network adjusts the numbers; `estimate_us` stays.
+struct cost_model {
+  double alpha_us;           ///< per message on the critical path (latency + per-message overhead)
+  double beta_us_per_byte;   ///< per byte sent by the busiest rank (inverse bandwidth)
+  double gamma_us_per_byte;  ///< per byte reduced by the busiest rank (inverse reduction speed)
+  std::size_t segment_bytes; ///< pipelining unit assumed for ring and tree (the default GSYNC_SEGMENT_BYTES)
+  std::size_t scratch_bytes; ///< scratch size assumed for recursive doubling and direct (communicator's)
+
+  /// Fitted on loopback TCP, 2-core VM (see above).
+  static constexpr cost_model tcp_loopback() noexcept { return {156.0, 9.0e-5, 0.0, 512 << 10, 256 << 10}; }
+  /// Shared memory between ranks of one host. ASSUMED, not fitted yet: a hop costs about 10 us
+  /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
+  /// kernel). Only its ratio to `network` matters for the hierarchical choice.
+  static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
+  /// TCP between hosts. ASSUMED, not measured by gsync: a 10 Gbit/s link (8e-4 us per byte) with
+  /// 50 us per message. Slower links only make the hierarchical schedule's advantage larger, since
+  /// it moves fewer bytes across hosts.
+  static constexpr cost_model network() noexcept { return {50.0, 8.0e-4, 0.0, 512 << 10, 256 << 10}; }
+  /// The model used for a transport named `transport` ("tcp", "shm", "inproc", ...) when every
+  /// rank is on one host. Only loopback TCP has been measured; the ranking of the flat schedules,
+  /// not the absolute time, is what matters.
+  static constexpr cost_model for_transport(std::string_view transport) noexcept {
+    return transport == "shm" ? shared_memory() : tcp_loopback();
+  }
+};
+
+/// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks.
+///
+/// With s = bytes, N = world, P = largest power of two <= N, L = log2 P, f = 1 when N != P (else 0),
+/// H = floor(log2 N), seg = segment size and scr = scratch size of the model:
+/// - ring: 2(N-1) steps, each chunk (s/N) in Sr = ceil(s/N/seg) segments, pipelined (a segment
+///   leaves as soon as it has arrived, so the latencies of a pipeline of depth 2(N-1) over Sr
+///   segments add up to 2(N-1) + Sr - 1):
+///     (2(N-1) + Sr - 1) alpha + 2(N-1)/N s beta + (N-1)/N s gamma
+/// - recursive_doubling: L + 2f whole-buffer exchanges (the fold adds two hops), in q = ceil(s/scr)
+///   scratch-sized pieces: q (L+2f) alpha + (L+2f) s beta + (L+f) s gamma
+/// - halving_doubling: 2L + 2f messages; the core moves 2(P-1)/P of the buffer, the fold 2 whole
+///   buffers: (2L+2f) alpha + (2(P-1)/P + 2f) s beta + ((P-1)/P + f) s gamma
+/// - tree: 2H + St - 1 rounds (St = ceil(s/2/seg) segments per half), each costing about two
+///   messages at the busiest rank (interior in one tree: two children, leaf in the other); the
+///   busiest rank sends 3 halves up and down its interior tree and 1 in its leaf tree, plus the
+///   pipeline fill of 2H segments: 2(2H+St-1) alpha + (2s + 2H s/(2St)) beta + s gamma
+/// - direct: q = ceil(s/scr) pieces, each N-1 messages out and in:
+///     q (N-1) alpha + (N-1) s beta + (N-1) s gamma
+/// N = 1 costs nothing for every algorithm (a local copy).
+constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
+  if (world <= 1) return 0.0;
+  const double s = static_cast<double>(bytes), N = world;
+  const unsigned un = static_cast<unsigned>(world);
+  const double P = static_cast<double>(std::bit_floor(un));
+  const double L = std::bit_width(std::bit_floor(un)) - 1;
+  const double f = std::has_single_bit(un) ? 0.0 : 1.0;
+  const double H = std::bit_width(un) - 1;
+  const auto pieces = [](double total, std::size_t unit) {
+    const double u = static_cast<double>(unit == 0 ? 1 : unit);
+    const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
+    return q < 1 ? 1.0 : q;
+  };
+  const double a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
+  switch (id) {
+    case allreduce_id::ring: {
+      const double Sr = pieces(s / N, m.segment_bytes);
+      return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
+    }
+    case allreduce_id::recursive_doubling:
+      return pieces(s, m.scratch_bytes) * (L + 2 * f) * a + (L + 2 * f) * s * b + (L + f) * s * g;
+    case allreduce_id::halving_doubling:
+      return (2 * L + 2 * f) * a + (2 * (P - 1) / P + 2 * f) * s * b + ((P - 1) / P + f) * s * g;
+    case allreduce_id::tree: {
+      const double St = pieces(s / 2, m.segment_bytes);
+      return 2 * (2 * H + St - 1) * a + (2 * s + 2 * H * s / (2 * St)) * b + s * g;
+    }
+    case allreduce_id::direct:
+      return pieces(s, m.scratch_bytes) * (N - 1) * a + (N - 1) * s * b + (N - 1) * s * g;
+    case allreduce_id::hierarchical: {  // without a placement: one host, the intra-host ring
+      const double Sr = pieces(s / N, m.segment_bytes);
+      return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
+    }
+  }
+  return 0.0;
+}
+
+/// Estimated time of the hierarchical schedule on `hosts` hosts of `local` ranks each: the ring
+/// reduce-scatter and allgather inside a host (model `intra`, s bytes over L ranks), plus the ring
+/// allreduce of s/L bytes across the H hosts (model `inter`), where the L cross-host allreduces of
+/// a host run at once and share its link: together they put 2(H-1)/H s bytes on it, against the
+/// flat ring's 2(N-1)/N s.
+constexpr double estimate_hierarchical_us(std::size_t bytes, int hosts, int local, const cost_model& intra,
+                                          const cost_model& inter) noexcept {
+  const double s = static_cast<double>(bytes), H = hosts, L = local;
+  const double t_intra = estimate_us(allreduce_id::ring, bytes, local, intra);
+  const double t_inter = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s / L), hosts, inter) +
+                         (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
+  return t_intra + t_inter;
 }
 
 /// A decision, with what it was made from. The choice runs on every collective, so the
@@ -62,32 +188,77 @@ struct choice {
   int world;                      ///< ranks
   std::string_view transport;     ///< transport name
   std::string_view forced;        ///< GSYNC_ALGO value, empty when automatic
+  double cost_us = 0;             ///< estimated time of `id` (automatic choice only)
+  allreduce_id runner_up = allreduce_id::ring;  ///< the second cheapest (automatic choice only)
+  double runner_up_us = 0;        ///< its estimated time
 
   /// Why `id` was chosen, in words.
   std::string reason() const {
     if (!forced.empty() && forced != "auto" && forced != "automatic") return "forced by GSYNC_ALGO=" + std::string(forced);
-    const std::size_t limit = recursive_doubling_limit(world);
-    const std::string where = " B on " + std::to_string(world) + " ranks over " + std::string(transport);
-    if (id == allreduce_id::recursive_doubling)
-      return std::to_string(bytes) + " B <= " + std::to_string(limit) + where +
-             ": latency-bound, log2(N) whole-buffer exchanges beat 2(N-1) ring steps";
-    return std::to_string(bytes) + " B > " + std::to_string(limit) + where +
-           ": bandwidth-bound, the pipelined ring moves 2(N-1)/N of the buffer";
+    const auto us = [](double v) {
+      std::string t = std::to_string(v);
+      return t.substr(0, t.find('.') + 2) + " us";
+    };
+    std::string r = std::to_string(bytes) + " B on " + std::to_string(world) + " ranks over " + std::string(transport) + ": ";
+    if (world <= 1) return r + "one rank, a local copy";
+    r += "cheapest by the alpha-beta-gamma model, estimated " + us(cost_us) + " against " + us(runner_up_us) + " for " +
+         std::string(name(runner_up));
+    switch (id) {
+      case allreduce_id::ring: return r + " (bandwidth-bound: the pipelined ring moves 2(N-1)/N of the buffer)";
+      case allreduce_id::recursive_doubling: return r + " (latency-bound: log2(N) whole-buffer exchanges)";
+      case allreduce_id::halving_doubling: return r + " (log2(N) latencies and 2(P-1)/P of the buffer)";
+      case allreduce_id::tree: return r + " (pipelined double binary tree: log2(N) depth, about 2x the buffer per rank)";
+      case allreduce_id::direct: return r + " (one round: every rank sends its buffer to every other)";
+      case allreduce_id::hierarchical:
+        return r + " (ranks span several hosts: reduce inside each host over shared memory, across hosts only 1/L of the"
+                   " buffer per rank, 2(H-1)/H of it per host link)";
+    }
+    return r;
   }
 };
 
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
-/// honouring `forced` (from GSYNC_ALGO). Allocation-free.
-inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced) {
-  allreduce_id id = bytes <= recursive_doubling_limit(world) ? allreduce_id::recursive_doubling : allreduce_id::ring;
-  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) id = *f;
-  return {id, bytes, world, transport_name, forced};
+/// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
+/// `cost_model`. Allocation-free (five closed-form estimates).
+/// With `topo` spanning several hosts (each running the same number of ranks, more than one),
+/// the flat schedules are costed with the `network` model and compared with the hierarchical one.
+inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
+                               const topology* topo = nullptr) {
+  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, bytes, world, transport_name, forced};
+  const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
+  const cost_model m = multi_host ? cost_model::network() : cost_model::for_transport(transport_name);
+  allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
+  double best_us = 0, second_us = 0;
+  bool have_best = false, have_second = false;
+  for (allreduce_id id : all_allreduce_ids) {  // ties keep the earlier entry of the list
+    const double t = estimate_us(id, bytes, world, m);
+    if (!have_best || t < best_us) {
+      if (have_best) second = best, second_us = best_us, have_second = true;
+      best = id, best_us = t, have_best = true;
+    } else if (!have_second || t < second_us) {
+      second = id, second_us = t, have_second = true;
+    }
+  }
+  if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
+    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), cost_model::shared_memory(),
+                                              cost_model::network());
+    if (h < best_us) second = best, second_us = best_us, best = allreduce_id::hierarchical, best_us = h;
+    else if (h < second_us) second = allreduce_id::hierarchical, second_us = h;
+  }
+  return {best, bytes, world, transport_name, forced, best_us, second, second_us};
 }
 
 /// Calls `f(Algo{})` with the algorithm type for `id`.
 template <class F>
 decltype(auto) visit(allreduce_id id, F&& f) {
-  if (id == allreduce_id::recursive_doubling) return f(recursive_doubling{});
+  switch (id) {
+    case allreduce_id::recursive_doubling: return f(recursive_doubling{});
+    case allreduce_id::halving_doubling: return f(halving_doubling{});
+    case allreduce_id::tree: return f(tree{});
+    case allreduce_id::direct: return f(direct{});
+    case allreduce_id::hierarchical: return f(hierarchical_default{});
+    case allreduce_id::ring: break;
+  }
   return f(ring{});
 }
 

@@ -5,7 +5,8 @@
 /// A buffer of `count` elements is split into `parts` contiguous near-equal ranges: the first
 /// `count % parts` ranges get one element more. The ring splits the buffer into one chunk per rank,
 /// and every chunk into the same number of segments (the pipelining unit), so that segment k of a
-/// chunk is a message both neighbours agree on without talking.
+/// chunk is a message both neighbours agree on without talking. Collectives whose blocks are
+/// exactly one per rank (reduce-scatter, allgather) use `block_layout` instead.
 
 #include <algorithm>
 #include <cstddef>
@@ -52,6 +53,82 @@ class ring_layout {
 
  private:
   std::size_t count_, world_, segments_;
+};
+
+/// Recursive halving / doubling layout (Rabenseifner) over a power-of-two group of `group` ranks,
+/// numbered 0..group-1 (the "core" of a world, after non-power-of-two ranks have been folded in).
+///
+/// The buffer is split into `group` near-equal blocks (`split`); block v is the one rank v owns when
+/// the reduce-scatter ends. Before step s (0 <= s < steps()) rank v holds the contiguous block
+/// interval of the `group >> s` blocks whose indices agree with v in every bit above
+/// `distance(s) = group >> (s + 1)`; its partner is v XOR distance(s). At step s the interval is
+/// halved: the half that contains block v is `kept(v, s)`, the other half `given(v, s)` (which is
+/// exactly what the partner keeps). The allgather replays the steps backwards: at step s a rank
+/// sends kept(v, s) and receives given(v, s), so the interval doubles again.
+class halving_doubling_layout {
+ public:
+  /// \param count elements in the whole buffer; \param group ranks in the core (a power of two >= 1).
+  constexpr halving_doubling_layout(std::size_t count, int group) noexcept
+      : count_(count), group_(group), steps_(0) {
+    for (int g = group; g > 1; g >>= 1) ++steps_;
+  }
+
+  /// Number of halving (and of doubling) steps: log2(group).
+  constexpr int steps() const noexcept { return steps_; }
+  /// Distance to the partner at step s: group >> (s + 1).
+  constexpr int distance(int s) const noexcept { return group_ >> (s + 1); }
+  /// Partner of rank v at step s.
+  constexpr int partner(int v, int s) const noexcept { return v ^ distance(s); }
+  /// Elements of blocks [first, first + n) as one range.
+  constexpr range blocks(int first, int n) const noexcept {
+    if (n <= 0) return {split(count_, static_cast<std::size_t>(group_), static_cast<std::size_t>(first)).offset, 0};
+    const range a = split(count_, static_cast<std::size_t>(group_), static_cast<std::size_t>(first));
+    const range b = split(count_, static_cast<std::size_t>(group_), static_cast<std::size_t>(first + n - 1));
+    return {a.offset, b.offset + b.count - a.offset};
+  }
+  /// What rank v holds before step s (s == steps(): after the last step, its own block).
+  constexpr range held(int v, int s) const noexcept {
+    const int n = group_ >> s;
+    return blocks(v & ~(n - 1), n);
+  }
+  /// The half of held(v, s) that rank v keeps (and reduces) at step s; held(v, s + 1).
+  constexpr range kept(int v, int s) const noexcept { return held(v, s + 1); }
+  /// The half of held(v, s) that rank v hands to its partner at step s.
+  constexpr range given(int v, int s) const noexcept { return held(partner(v, s), s + 1); }
+  /// The block rank v owns (fully reduced) after the reduce-scatter.
+  constexpr range owned(int v) const noexcept { return held(v, steps_); }
+
+ private:
+  std::size_t count_;
+  int group_, steps_;
+};
+
+/// Block layout of the collectives whose buffers hold one block of exactly `width` elements per
+/// rank (reduce-scatter, allgather): block `b` starts at `b * stride`; only the columns
+/// [column, column + width) of each block are covered (a schedule that works through the blocks in
+/// scratch-sized pieces passes the piece's columns; otherwise column = 0, width = stride). Every
+/// covered range is cut into the same `segments()` segments of at most `segment_elems` elements.
+class block_layout {
+ public:
+  /// \param stride elements from one block to the next (0: every block is the same buffer range);
+  /// \param column first covered element within a block; \param width covered elements per block;
+  /// \param segment_elems largest segment in elements (>= 1).
+  constexpr block_layout(std::size_t stride, std::size_t column, std::size_t width, std::size_t segment_elems) noexcept
+      : stride_(stride), column_(column), width_(width),
+        segments_(std::max<std::size_t>(1, ceil_div(width, std::max<std::size_t>(1, segment_elems)))) {}
+
+  /// The covered range of block `b` (b >= 0).
+  constexpr range block(int b) const noexcept { return {static_cast<std::size_t>(b) * stride_ + column_, width_}; }
+  /// Number of segments per block (>= 1; one empty segment when width is 0).
+  constexpr std::size_t segments() const noexcept { return segments_; }
+  /// Segment `k` of block `b`, as a range of the whole buffer.
+  constexpr range segment(int b, std::size_t k) const noexcept {
+    const range s = split(width_, segments_, k);
+    return {static_cast<std::size_t>(b) * stride_ + column_ + s.offset, s.count};
+  }
+
+ private:
+  std::size_t stride_, column_, width_, segments_;
 };
 
 /// `a mod n` in [0, n) for possibly negative a.

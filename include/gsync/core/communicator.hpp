@@ -11,6 +11,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/concepts.hpp"
@@ -88,6 +89,13 @@ class communicator {
   /// Starts a new operation: its sequence number (identical on every rank that issues the same
   /// sequence of collectives) and its deadline.
   std::uint64_t next_seq() noexcept { return ++seq_; }
+  /// Numbers the next point-to-point message this rank sends to `peer` (1, 2, ...). Point-to-point
+  /// traffic involves two ranks only, so it never advances the collective sequence (`next_seq`).
+  /// \param peer a valid rank other than this one.
+  std::uint64_t next_p2p_send_seq(int peer) { return ++p2p_seq(peer).sent; }
+  /// Numbers the next point-to-point message this rank expects from `peer` (1, 2, ...): the n-th
+  /// recv from a peer matches that peer's n-th send to this rank.
+  std::uint64_t next_p2p_recv_seq(int peer) { return ++p2p_seq(peer).received; }
   /// Deadline for an operation starting now.
   deadline make_deadline() const { return std::chrono::steady_clock::now() + cfg_.timeout; }
 
@@ -95,11 +103,21 @@ class communicator {
   bool first_time(const std::string& shape) { return logged_shapes_.insert(shape).second; }
 
  private:
+  struct p2p_counters {
+    std::uint64_t sent = 0;
+    std::uint64_t received = 0;
+  };
+  p2p_counters& p2p_seq(int peer) {
+    if (p2p_.empty()) p2p_.resize(static_cast<std::size_t>(size()));  // once per communicator
+    return p2p_[static_cast<std::size_t>(peer)];
+  }
+
   std::unique_ptr<X> x_;
   config cfg_;
   logger log_;
   int local_rank_ = 0;
   std::uint64_t seq_ = 0;
+  std::vector<p2p_counters> p2p_;  // per peer, for send/recv
   std::set<std::string> logged_shapes_;
   detail::aligned_bytes scratch_;
 };

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "gsync/core/dtype.hpp"
+#include "gsync/core/topology.hpp"
 #include "gsync/detail/function_ref.hpp"
 
 namespace gsync {
@@ -57,6 +58,7 @@ using deadline = std::chrono::steady_clock::time_point;
 ///   whose sizes are multiples of `align` bytes (the element size); this is how a reduction consumes
 ///   incoming data straight from a staging buffer (or from the sender's memory) without a full copy.
 /// - `flush_sends` blocks until every queued send no longer needs its source bytes.
+/// - `topo` tells which rank runs on which host (core/topology.hpp).
 /// Every blocking call throws `gsync::error` (timeout at `dl`, peer_lost, mismatch, aborted).
 /// Capabilities that only some transports have are traits (`transport_traits`), not virtual calls.
 template <class X>
@@ -70,6 +72,7 @@ concept transport_policy = requires(X& x, int peer, message_id id, const std::by
   x.recv(peer, id, dst, n, dl);
   x.recv_stream(peer, id, n, n, consume, dl);
   x.flush_sends(dl);
+  { x.topo() } -> std::convertible_to<const topology&>;  // placement of the ranks on hosts
 };
 
 /// Compile-time capabilities of a transport. Specialize for a transport that has more.
@@ -88,5 +91,35 @@ template <class A>
 concept algorithm = requires {
   { A::name } -> std::convertible_to<std::string_view>;
 };
+
+/// An algorithm with a reduce-scatter schedule over primitives `P`: `A::reduce_scatter(p)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept reduce_scatter_algorithm = algorithm<A> && requires(P& p) { A::reduce_scatter(p); };
+
+/// An algorithm with an allgather schedule over primitives `P`: `A::allgather(p)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept allgather_algorithm = algorithm<A> && requires(P& p) { A::allgather(p); };
+
+/// An algorithm with a broadcast schedule over primitives `P`: `A::broadcast(p, root)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept broadcast_algorithm = algorithm<A> && requires(P& p, int root) { A::broadcast(p, root); };
+
+/// An algorithm with a reduce (to one root) schedule over primitives `P`: `A::reduce(p, root)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept rooted_reduce_algorithm = algorithm<A> && requires(P& p, int root) { A::reduce(p, root); };
+
+/// An algorithm with an alltoall schedule over primitives `P`: `A::alltoall(p)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept alltoall_algorithm = algorithm<A> && requires(P& p) { A::alltoall(p); };
+
+/// An algorithm with a barrier schedule over primitives `P`: `A::barrier(p)`.
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept barrier_algorithm = algorithm<A> && requires(P& p) { A::barrier(p); };
 
 }  // namespace gsync

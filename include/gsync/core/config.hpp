@@ -79,8 +79,18 @@ struct config {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   /// Pipelining unit of the ring and other segmented schedules (GSYNC_SEGMENT_BYTES, default 512K).
   std::size_t segment_bytes = 512 * 1024;
-  /// Algorithm forced for every collective (GSYNC_ALGO), empty = automatic.
+  /// Algorithm forced for every allreduce (GSYNC_ALGO), empty = automatic.
   std::string algo;
+  /// Algorithm forced for every broadcast (GSYNC_ALGO_BROADCAST), empty = automatic.
+  std::string algo_broadcast;
+  /// Algorithm forced for every reduce (GSYNC_ALGO_REDUCE), empty = automatic.
+  std::string algo_reduce;
+  /// Algorithm forced for every allgather (GSYNC_ALGO_ALLGATHER), empty = automatic.
+  std::string algo_allgather;
+  /// Algorithm forced for every reduce-scatter (GSYNC_ALGO_REDUCE_SCATTER), empty = automatic.
+  std::string algo_reduce_scatter;
+  /// Algorithm forced for every alltoall (GSYNC_ALGO_ALLTOALL), empty = automatic.
+  std::string algo_alltoall;
 
   /// Settings from the environment, defaults where unset.
   static config from_env() {
@@ -92,6 +102,12 @@ struct config {
       c.segment_bytes = *b;
     }
     if (auto a = detail::env("GSYNC_ALGO")) c.algo = *a;
+    // Names are checked where they are used (algo/select_collectives.hpp), which knows the valid ones.
+    if (auto a = detail::env("GSYNC_ALGO_BROADCAST")) c.algo_broadcast = *a;
+    if (auto a = detail::env("GSYNC_ALGO_REDUCE")) c.algo_reduce = *a;
+    if (auto a = detail::env("GSYNC_ALGO_ALLGATHER")) c.algo_allgather = *a;
+    if (auto a = detail::env("GSYNC_ALGO_REDUCE_SCATTER")) c.algo_reduce_scatter = *a;
+    if (auto a = detail::env("GSYNC_ALGO_ALLTOALL")) c.algo_alltoall = *a;
     return c;
   }
 };

@@ -1,0 +1,174 @@
+#pragma once
+/// \file
+/// Dispatch for the collectives other than allreduce (whose dispatch is algo/select.hpp): the place
+/// where runtime facts (bytes, world size, segment size, a GSYNC_ALGO_<COLLECTIVE> override) become
+/// an algorithm type. `algo::automatic` is every collective's default template argument.
+///
+/// The choices follow the alpha-beta model: a message of n bytes costs alpha + n*beta (alpha: the
+/// per-message latency, tens of microseconds on loopback TCP; beta: seconds per byte).
+/// - broadcast, reduce: a binomial tree takes ceil(log2 N) message times of the whole buffer,
+///   L(alpha + n beta); the pipelined chain (ring policy) cut into S = n/segment segments takes
+///   (N-2+S)(alpha + n beta/S), about n beta once S >> N. The model picks the cheaper one for the
+///   actual n, N and segment size: the tree for small buffers (and whenever the chain would have
+///   few segments), the chain for large ones. alpha/beta is taken as 32 KiB (25 us at 1.3 GB/s,
+///   loopback TCP); the thresholds are not yet fitted to measurements.
+/// - reduce_scatter, allgather: the ring (N-1 steps of n/N bytes each way, the bandwidth optimum);
+///   no latency-optimal variant yet.
+/// - alltoall: pairwise exchange (N-1 steps, one partner each way per step).
+/// Every choice and its reason are logged once per collective shape at GSYNC_DEBUG=INFO.
+
+#include <bit>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gsync/algo/binomial_tree.hpp"
+#include "gsync/algo/pairwise.hpp"
+#include "gsync/algo/ring.hpp"
+#include "gsync/algo/select.hpp"
+#include "gsync/core/error.hpp"
+
+namespace gsync::algo {
+
+/// Runtime identity of an algorithm of the collectives dispatched here.
+enum class collective_id { ring, binomial_tree, pairwise };
+
+/// The name of an algorithm (as GSYNC_ALGO_* and gsync-perf's -a accept it).
+constexpr std::string_view name(collective_id id) {
+  switch (id) {
+    case collective_id::ring: return ring::name;
+    case collective_id::binomial_tree: return binomial_tree::name;
+    case collective_id::pairwise: return pairwise::name;
+  }
+  return "?";
+}
+
+/// Names accepted for broadcast and reduce.
+inline constexpr std::string_view rooted_names = "auto, ring, binomial_tree";
+/// Names accepted for reduce_scatter and allgather.
+inline constexpr std::string_view block_names = "auto, ring";
+/// Names accepted for alltoall.
+inline constexpr std::string_view alltoall_names = "auto, pairwise";
+
+/// The names `collective` accepts ("broadcast", "reduce", "reduce_scatter", "allgather", "alltoall").
+constexpr std::string_view valid_names(std::string_view collective) {
+  if (collective == "broadcast" || collective == "reduce") return rooted_names;
+  if (collective == "alltoall") return alltoall_names;
+  return block_names;
+}
+
+/// Parses an algorithm name for `collective` (nullopt for auto); throws invalid_argument naming
+/// `where` (the variable or option) and listing the valid names.
+inline std::optional<collective_id> parse_collective(std::string_view collective, std::string_view s, std::string_view where) {
+  if (s.empty() || s == "auto" || s == "automatic") return std::nullopt;
+  const std::string_view valid = valid_names(collective);
+  std::optional<collective_id> id;
+  if (s == "ring") id = collective_id::ring;
+  else if (s == "binomial_tree" || s == "tree") id = collective_id::binomial_tree;
+  else if (s == "pairwise") id = collective_id::pairwise;
+  if (!id || valid.find(name(*id)) == std::string_view::npos)
+    throw error(errc::invalid_argument, std::string(where) + ": unknown " + std::string(collective) + " algorithm '" +
+                                            std::string(s) + "' (valid: " + std::string(valid) + ")");
+  return id;
+}
+
+/// The alpha/beta ratio of the model, in bytes: a message latency is worth this many bytes.
+inline constexpr double alpha_over_beta_bytes = 32 * 1024;
+
+/// Model time, in units of beta, of a binomial tree over `world` ranks for `bytes`.
+inline double tree_cost(std::size_t bytes, int world) {
+  const double levels = std::bit_width(static_cast<unsigned>(world - 1));  // ceil(log2 N)
+  return levels * (alpha_over_beta_bytes + static_cast<double>(bytes));
+}
+
+/// Model time, in units of beta, of the pipelined chain over `world` ranks for `bytes` in
+/// segments of `segment_bytes`.
+inline double chain_cost(std::size_t bytes, int world, std::size_t segment_bytes) {
+  const double s = static_cast<double>(std::max<std::size_t>(1, (bytes + segment_bytes - 1) / std::max<std::size_t>(1, segment_bytes)));
+  return (world - 2 + s) * (alpha_over_beta_bytes + static_cast<double>(bytes) / s);
+}
+
+/// A decision, with what it was made from; `reason()` formats the explanation only when asked.
+struct collective_choice {
+  collective_id id;            ///< the algorithm chosen
+  std::string_view collective; ///< which collective
+  std::size_t bytes;           ///< message size (per-rank buffer for rooted, one block for the others)
+  int world;                   ///< ranks
+  std::size_t segment_bytes;   ///< pipelining unit
+  std::string_view forced;     ///< GSYNC_ALGO_<COLLECTIVE> value, empty when automatic
+
+  /// Why `id` was chosen, in words.
+  std::string reason() const {
+    if (!forced.empty() && forced != "auto" && forced != "automatic")
+      return "forced by " + env_name() + "=" + std::string(forced);
+    const std::string where = std::to_string(bytes) + " B on " + std::to_string(world) + " ranks";
+    if (collective == "broadcast" || collective == "reduce") {
+      const std::string costs = " (model: tree " + std::to_string(static_cast<long long>(tree_cost(bytes, world))) +
+                                " vs chain " + std::to_string(static_cast<long long>(chain_cost(bytes, world, segment_bytes))) +
+                                " byte-times, alpha = 32 KiB)";
+      if (id == collective_id::binomial_tree)
+        return where + ": latency-bound, ceil(log2 N) whole-buffer hops beat the chain's N-2+S segment hops" + costs;
+      return where + ": bandwidth-bound, the pipelined chain moves the buffer about once" + costs;
+    }
+    if (collective == "alltoall") return where + ": pairwise exchange, one partner each way per step";
+    return where + ": the ring moves (N-1)/N of the data each way, the bandwidth optimum";
+  }
+  /// The environment variable that overrides this collective's choice.
+  std::string env_name() const {
+    std::string e = "GSYNC_ALGO_";
+    for (char ch : collective) e += static_cast<char>(ch >= 'a' && ch <= 'z' ? ch - 'a' + 'A' : ch);
+    return e;
+  }
+};
+
+/// Chooses the broadcast algorithm for `bytes` over `world` ranks, honouring `forced`
+/// (GSYNC_ALGO_BROADCAST). Allocation-free unless `forced` is invalid.
+inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
+  collective_id id = tree_cost(bytes, world) <= chain_cost(bytes, world, segment_bytes) ? collective_id::binomial_tree
+                                                                                         : collective_id::ring;
+  if (auto f = parse_collective("broadcast", forced, "GSYNC_ALGO_BROADCAST")) id = *f;
+  return {id, "broadcast", bytes, world, segment_bytes, forced};
+}
+
+/// Chooses the reduce algorithm (same model as broadcast), honouring `forced` (GSYNC_ALGO_REDUCE).
+inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
+  collective_id id = tree_cost(bytes, world) <= chain_cost(bytes, world, segment_bytes) ? collective_id::binomial_tree
+                                                                                         : collective_id::ring;
+  if (auto f = parse_collective("reduce", forced, "GSYNC_ALGO_REDUCE")) id = *f;
+  return {id, "reduce", bytes, world, segment_bytes, forced};
+}
+
+/// Chooses the reduce_scatter algorithm (the ring), honouring `forced` (GSYNC_ALGO_REDUCE_SCATTER).
+inline collective_choice choose_reduce_scatter(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
+  collective_id id = collective_id::ring;
+  if (auto f = parse_collective("reduce_scatter", forced, "GSYNC_ALGO_REDUCE_SCATTER")) id = *f;
+  return {id, "reduce_scatter", bytes, world, segment_bytes, forced};
+}
+
+/// Chooses the allgather algorithm (the ring), honouring `forced` (GSYNC_ALGO_ALLGATHER).
+inline collective_choice choose_allgather(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
+  collective_id id = collective_id::ring;
+  if (auto f = parse_collective("allgather", forced, "GSYNC_ALGO_ALLGATHER")) id = *f;
+  return {id, "allgather", bytes, world, segment_bytes, forced};
+}
+
+/// Chooses the alltoall algorithm (pairwise exchange), honouring `forced` (GSYNC_ALGO_ALLTOALL).
+inline collective_choice choose_alltoall(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
+  collective_id id = collective_id::pairwise;
+  if (auto f = parse_collective("alltoall", forced, "GSYNC_ALGO_ALLTOALL")) id = *f;
+  return {id, "alltoall", bytes, world, segment_bytes, forced};
+}
+
+/// Calls `f(Algo{})` with the policy type for `id`.
+template <class F>
+decltype(auto) visit(collective_id id, F&& f) {
+  switch (id) {
+    case collective_id::binomial_tree: return f(binomial_tree{});
+    case collective_id::pairwise: return f(pairwise{});
+    case collective_id::ring: break;
+  }
+  return f(ring{});
+}
+
+}  // namespace gsync::algo

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// `gsync::allgather`: every rank contributes a block of c elements; every rank receives the N
+/// blocks, block r from rank r.
+///
+/// \code
+///   std::vector<float> in(c), out(comm.size() * c);
+///   gsync::allgather(comm, std::span<const float>{in}, std::span<float>{out});
+///   // in place (as NCCL): the input is block r of the output buffer
+///   gsync::allgather(comm, std::span<const float>{buf}.subspan(r * c, c), std::span<float>{buf});
+/// \endcode
+///
+/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// chooses the algorithm; algo/ring.hpp runs the schedule over core/primitives.hpp. No scratch:
+/// blocks go straight into place in the output.
+
+#include <span>
+#include <type_traits>
+
+#include "gsync/algo/select_collectives.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/detail/collective.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+template <class Algo, class X, class T>
+void run_allgather(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
+  auto p = make_primitives(comm, id, in, out, c, op::sum{});
+  static_assert(allgather_algorithm<Algo, decltype(p)>, "this algorithm policy has no allgather schedule");
+  Algo::allgather(p);
+}
+
+template <class Algo, class X, class T>
+void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_allgather, comm.next_seq()};
+  if (c == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_allgather(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_allgather);
+    log_choice(comm, "allgather", dtype_of<T>, c, "", ch, [](auto i) { return algo::name(i); });
+    algo::visit(ch.id, [&](auto a) {
+      using A = decltype(a);
+      if constexpr (allgather_algorithm<A, host_primitives<T, op::sum, X>>) run_allgather<A>(comm, id, in, out, c);
+    });
+  } else {
+    run_allgather<Algo>(comm, id, in, out, c);
+  }
+}
+
+}  // namespace detail
+
+/// Allgather: out[b*c + i] = in[i] of rank b, with c = in.size() and out.size() = N*c on every
+/// rank. In place when `in` is block r of the output (`in.data() == out.data() + r*c`); any other
+/// overlap is rejected.
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::ring`).
+/// \tparam X transport of the communicator. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+  const std::size_t n = static_cast<std::size_t>(comm.size()), c = in.size();
+  detail::check_size("allgather", "output", out.size(), n * c, "world size x input elements");
+  const bool in_place = static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + comm.rank() * c);
+  if (!in_place && detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    detail::invalid("allgather", "input and output overlap, but the input is not block " + std::to_string(comm.rank()) +
+                                     " of the output (the only in-place form)");
+  detail::allgather_impl<Algo>(comm, in.data(), out.data(), c);
+}
+
+}  // namespace gsync

@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// `gsync::alltoall`: every rank sends block j of its input to rank j and receives block j of its
+/// output from rank j.
+///
+/// \code
+///   std::vector<int> in(comm.size() * c), out(comm.size() * c);
+///   gsync::alltoall(comm, std::span<const int>{in}, std::span<int>{out});
+/// \endcode
+///
+/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// chooses the algorithm; algo/pairwise.hpp runs the schedule over core/primitives.hpp. No
+/// scratch. In place is not supported: input and output must not overlap.
+
+#include <span>
+#include <type_traits>
+
+#include "gsync/algo/select_collectives.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/detail/collective.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+template <class Algo, class X, class T>
+void run_alltoall(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
+  auto p = make_primitives(comm, id, in, out, c, op::sum{});
+  static_assert(alltoall_algorithm<Algo, decltype(p)>, "this algorithm policy has no alltoall schedule");
+  Algo::alltoall(p);
+}
+
+template <class Algo, class X, class T>
+void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_alltoall, comm.next_seq()};
+  if (c == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_alltoall(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_alltoall);
+    log_choice(comm, "alltoall", dtype_of<T>, c, "", ch, [](auto i) { return algo::name(i); });
+    algo::visit(ch.id, [&](auto a) {
+      using A = decltype(a);
+      if constexpr (alltoall_algorithm<A, host_primitives<T, op::sum, X>>) run_alltoall<A>(comm, id, in, out, c);
+    });
+  } else {
+    run_alltoall<Algo>(comm, id, in, out, c);
+  }
+}
+
+}  // namespace detail
+
+/// Alltoall: out[j*c + i] on rank r = in[r*c + i] on rank j, with in.size() = out.size() = N*c
+/// on every rank. Input and output must not overlap (no in-place form).
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::pairwise`).
+/// \tparam X transport of the communicator. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  detail::check_size("alltoall", "output", out.size(), in.size(), "as many elements as the input");
+  if (in.size() % n != 0)
+    detail::invalid("alltoall", "input has " + std::to_string(in.size()) + " elements, not a multiple of the world size " +
+                                    std::to_string(n) + " (one block per rank)");
+  if (detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    detail::invalid("alltoall", "input and output overlap (in-place alltoall is not supported)");
+  detail::alltoall_impl<Algo>(comm, in.data(), out.data(), in.size() / n);
+}
+
+}  // namespace gsync

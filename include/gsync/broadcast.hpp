@@ -1,0 +1,64 @@
+#pragma once
+/// \file
+/// `gsync::broadcast`: the root's buffer is copied into every rank's buffer.
+///
+/// \code
+///   gsync::broadcast(comm, std::span<float>{weights}, /*root=*/0);
+///   gsync::broadcast<gsync::algo::binomial_tree>(comm, std::span<int>{flags}, 2);
+/// \endcode
+///
+/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// chooses the algorithm (binomial tree for small buffers, pipelined chain for large ones);
+/// algo/binomial_tree.hpp or algo/ring.hpp runs the schedule over core/primitives.hpp. No scratch:
+/// data is received straight into the buffer and forwarded from there.
+
+#include <span>
+#include <type_traits>
+
+#include "gsync/algo/select_collectives.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/detail/collective.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+template <class Algo, class X, class T>
+void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t count, int root) {
+  auto p = make_primitives(comm, id, data, data, count, op::sum{});
+  static_assert(broadcast_algorithm<Algo, decltype(p)>, "this algorithm policy has no broadcast schedule");
+  Algo::broadcast(p, root);
+}
+
+template <class Algo, class X, class T>
+void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
+  const message_id id{tag_broadcast, comm.next_seq()};
+  if (count == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_broadcast(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_broadcast);
+    log_choice(comm, "broadcast", dtype_of<T>, count, "", ch, [](auto i) { return algo::name(i); });
+    algo::visit(ch.id, [&](auto a) {
+      using A = decltype(a);
+      if constexpr (broadcast_algorithm<A, host_primitives<T, op::sum, X>>) run_broadcast<A>(comm, id, data, count, root);
+    });
+  } else {
+    run_broadcast<Algo>(comm, id, data, count, root);
+  }
+}
+
+}  // namespace detail
+
+/// Broadcast: on return every rank's `data` equals the root's. `data` has the same size on every
+/// rank; 0 <= root < N.
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::ring` (pipelined chain),
+/// `algo::binomial_tree`). \tparam X transport of the communicator. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void broadcast(communicator<X>& comm, std::span<T> data, int root) {
+  detail::check_rank("broadcast", "root", root, comm.size());
+  detail::broadcast_impl<Algo>(comm, data.data(), data.size(), root);
+}
+
+}  // namespace gsync

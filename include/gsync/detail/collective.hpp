@@ -1,0 +1,135 @@
+#pragma once
+/// \file
+/// Small helpers every collective's API layer shares: wire tags, operator names for logs, argument
+/// checks (sizes, overlaps, ranks, tags), logging an automatic choice once per shape, and building
+/// the primitives object of one operation. Non-templated where nothing touches elements.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "gsync/core/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/dtype.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/primitives.hpp"
+
+namespace gsync::detail {
+
+/// Wire tags: one per collective kind, so a frame of one kind can never pass for another.
+inline constexpr std::uint32_t tag_allreduce = 1;       ///< allreduce messages
+inline constexpr std::uint32_t tag_reduce_scatter = 2;  ///< reduce_scatter messages
+inline constexpr std::uint32_t tag_allgather = 3;       ///< allgather messages
+inline constexpr std::uint32_t tag_broadcast = 4;       ///< broadcast messages
+inline constexpr std::uint32_t tag_reduce = 5;          ///< reduce messages
+inline constexpr std::uint32_t tag_alltoall = 6;        ///< alltoall messages
+inline constexpr std::uint32_t tag_barrier = 7;         ///< barrier messages
+/// Point-to-point messages carry `tag_p2p | user_tag` (user tags are 0..2^31-1), a tag space of
+/// their own that no collective uses.
+inline constexpr std::uint32_t tag_p2p = 0x80000000u;
+
+/// Name of an operator for logs: its `name` member if any, else "user".
+template <class Op>
+constexpr std::string_view op_name() {
+  if constexpr (requires { Op::name; }) return Op::name;
+  else return "user";
+}
+
+/// True when the byte ranges [a, a+na) and [b, b+nb) share a byte.
+inline bool overlaps(const void* a, std::size_t na, const void* b, std::size_t nb) noexcept {
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  return na != 0 && nb != 0 && x < y + nb && y < x + na;
+}
+
+/// Throws invalid_argument "`what`: `msg`".
+[[noreturn]] inline void invalid(std::string_view what, const std::string& msg) {
+  throw error(errc::invalid_argument, std::string(what) + ": " + msg);
+}
+
+/// Checks that a buffer has `want` elements.
+/// \param what the collective; \param buffer the argument's name; \param got its size.
+inline void check_size(std::string_view what, std::string_view buffer, std::size_t got, std::size_t want,
+                       std::string_view rule) {
+  if (got != want)
+    invalid(what, std::string(buffer) + " has " + std::to_string(got) + " elements but must have " + std::to_string(want) +
+                      " (" + std::string(rule) + ")");
+}
+
+/// Checks a root or peer rank argument: 0 <= rank < world.
+inline void check_rank(std::string_view what, std::string_view role, int rank, int world) {
+  if (rank < 0 || rank >= world)
+    invalid(what, "invalid " + std::string(role) + " rank " + std::to_string(rank) + " (world has ranks 0.." +
+                      std::to_string(world - 1) + ")");
+}
+
+/// Checks a point-to-point peer (a valid rank other than this one) and user tag (0..2^31-1).
+inline void check_p2p(std::string_view what, int peer, int tag, int self, int world) {
+  check_rank(what, "peer", peer, world);
+  if (peer == self) invalid(what, "peer " + std::to_string(peer) + " is this rank (a rank cannot message itself)");
+  if (tag < 0) invalid(what, "tag " + std::to_string(tag) + " is negative (tags are 0..2147483647)");
+}
+
+/// Rewrites a transport mismatch raised by a point-to-point recv so that it names the tags the
+/// user chose: the transport reports wire tags (`tag_p2p | tag`), and, when the frame carried
+/// another wire tag, its message says "received (tag N": N is decoded here. Anything unexpected
+/// leaves the transport's message as it is, prefixed with the call.
+inline std::string p2p_mismatch_message(const std::string& transport_msg, int self, int peer, int tag) {
+  std::string m = "recv: rank " + std::to_string(self) + " expected a message with tag " + std::to_string(tag) +
+                  " from rank " + std::to_string(peer);
+  const std::string key = "received (tag ";
+  const auto at = transport_msg.find(key);
+  if (at != std::string::npos) {
+    std::size_t i = at + key.size();
+    std::uint64_t wire = 0;
+    bool digits = false;
+    while (i < transport_msg.size() && transport_msg[i] >= '0' && transport_msg[i] <= '9' && wire <= 0xffffffffu) {
+      wire = wire * 10 + static_cast<std::uint64_t>(transport_msg[i++] - '0');
+      digits = true;
+    }
+    if (digits && wire != (tag_p2p | static_cast<std::uint32_t>(tag))) {
+      if (wire >= tag_p2p && wire <= 0xffffffffu)
+        m += " but rank " + std::to_string(peer) + " sent its next message with tag " + std::to_string(wire - tag_p2p);
+      else
+        m += " but the next message from rank " + std::to_string(peer) + " belongs to a collective (wire tag " +
+             std::to_string(wire) + "): send/recv and collectives are not in the same order on the two ranks";
+      return m + " [" + transport_msg + "]";
+    }
+  }
+  return m + ": " + transport_msg;
+}
+
+/// Logs an automatic algorithm choice once per collective shape at GSYNC_DEBUG=INFO. The shape and
+/// the reason are only formatted when INFO is enabled (no strings on the hot path).
+/// \tparam X transport. \tparam C a choice type with `id`, `reason()`; \tparam N a function
+/// mapping the id to its name.
+template <class X, class C, class N>
+void log_choice(communicator<X>& comm, std::string_view coll, dtype dt, std::size_t count, std::string_view op,
+                const C& ch, N&& name_of) {
+  if (!comm.log().enabled(log_level::info)) return;
+  std::string shape = std::string(coll) + "(" + std::string(name(dt)) + ", " + std::to_string(count);
+  if (!op.empty()) shape += ", " + std::string(op);
+  shape += ")";
+  if (comm.first_time(shape)) comm.log().info(shape + " -> " + std::string(name_of(ch.id)) + ": " + ch.reason());
+}
+
+/// Segment length in elements of type T for the communicator's pipelining unit (at least 1).
+template <class X>
+std::size_t segment_elems(const communicator<X>& comm, std::size_t elem_size) {
+  return std::max<std::size_t>(1, comm.segment_bytes() / elem_size);
+}
+
+/// The primitives of one operation over `comm`: messages `id`, input `in`, output `out`, `count`
+/// elements as the schedule understands it, the communicator's segment size, scratch and a
+/// deadline starting now.
+/// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
+template <class T, class Op, class X>
+host_primitives<T, Op, X> make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count,
+                                          const Op& op) {
+  return host_primitives<T, Op, X>(comm.transport(), id, in, out, count, segment_elems(comm, sizeof(T)), op,
+                                   comm.make_deadline(), comm.scratch());
+}
+
+}  // namespace gsync::detail

@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// `gsync::reduce`: every rank contributes a buffer; the root receives the element-wise reduction
+/// over all ranks. (core/reduce.hpp, a different file, holds the element loops.)
+///
+/// \code
+///   gsync::reduce(comm, std::span<const float>{in}, std::span<float>{out}, gsync::op::sum{}, /*root=*/0);
+///   gsync::reduce(comm, std::span<const float>{buf}, std::span<float>{buf}, gsync::op::max{}, 0);  // in place
+/// \endcode
+///
+/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// chooses the algorithm (binomial tree for small buffers, pipelined chain for large ones);
+/// algo/binomial_tree.hpp or algo/ring.hpp runs the schedule over core/primitives.hpp. Memory:
+/// the input is only read; non-root ranks keep partials in the communicator's fixed scratch.
+
+#include <span>
+#include <type_traits>
+
+#include "gsync/algo/select_collectives.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/detail/collective.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+template <class Algo, class X, class T, class Op>
+void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  auto p = make_primitives(comm, id, in, out, count, op);
+  static_assert(rooted_reduce_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce schedule");
+  Algo::reduce(p, root);
+}
+
+template <class Algo, class X, class T, class Op>
+void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  const message_id id{tag_reduce, comm.next_seq()};
+  if (count == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_reduce(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_reduce);
+    log_choice(comm, "reduce", dtype_of<T>, count, op_name<Op>(), ch, [](auto i) { return algo::name(i); });
+    algo::visit(ch.id, [&](auto a) {
+      using A = decltype(a);
+      if constexpr (rooted_reduce_algorithm<A, host_primitives<T, Op, X>>) run_reduce<A>(comm, id, in, out, count, op, root);
+    });
+  } else {
+    run_reduce<Algo>(comm, id, in, out, count, op, root);
+  }
+}
+
+}  // namespace detail
+
+/// Reduce to `root`: on the root, out[i] = op over ranks of in[i]. `in` has the same size on every
+/// rank; `out` is used on the root only (there it has in.size() elements and may be the same
+/// buffer as `in`, but must not partially overlap it); elsewhere it is never written and may be
+/// empty. 0 <= root < N.
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::ring` (pipelined chain),
+/// `algo::binomial_tree`). \tparam X transport of the communicator. \tparam T element type.
+/// \tparam Op reduction operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void reduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}, int root = 0) {
+  detail::check_rank("reduce", "root", root, comm.size());
+  if (comm.rank() == root) {
+    detail::check_size("reduce", "output", out.size(), in.size(), "on the root, the output has as many elements as the input");
+    if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
+        detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+      detail::invalid("reduce", "input and output overlap partially (use the same buffer for in place)");
+  }
+  detail::reduce_impl<Algo>(comm, in.data(), out.data(), in.size(), op, root);
+}
+
+}  // namespace gsync

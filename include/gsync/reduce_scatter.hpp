@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// `gsync::reduce_scatter`: every rank contributes N blocks of c elements; rank r receives block r
+/// reduced element-wise over all ranks.
+///
+/// \code
+///   std::vector<float> in(comm.size() * c), out(c);
+///   gsync::reduce_scatter(comm, std::span<const float>{in}, std::span<float>{out}, gsync::op::sum{});
+///   // in place (as NCCL): the output is block r of the input buffer
+///   gsync::reduce_scatter(comm, std::span<const float>{buf}, std::span<float>{buf}.subspan(r * c, c));
+/// \endcode
+///
+/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// chooses the algorithm; algo/ring.hpp runs the schedule over core/primitives.hpp. Memory: the
+/// input is only read (in place, only block r is written); partials travel through the
+/// communicator's fixed scratch, nothing is allocated per call.
+
+#include <span>
+#include <type_traits>
+
+#include "gsync/algo/select_collectives.hpp"
+#include "gsync/communicator.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/ops.hpp"
+#include "gsync/detail/collective.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+template <class Algo, class X, class T, class Op>
+void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c, const Op& op) {
+  auto p = make_primitives(comm, id, in, out, c, op);
+  static_assert(reduce_scatter_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce_scatter schedule");
+  Algo::reduce_scatter(p);
+}
+
+template <class Algo, class X, class T, class Op>
+void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
+  const message_id id{tag_reduce_scatter, comm.next_seq()};
+  if (c == 0) return;
+  if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    const auto ch = algo::choose_reduce_scatter(c * sizeof(T), comm.size(), comm.segment_bytes(),
+                                                comm.settings().algo_reduce_scatter);
+    log_choice(comm, "reduce_scatter", dtype_of<T>, c, op_name<Op>(), ch, [](auto i) { return algo::name(i); });
+    algo::visit(ch.id, [&](auto a) {
+      using A = decltype(a);
+      if constexpr (reduce_scatter_algorithm<A, host_primitives<T, Op, X>>) run_reduce_scatter<A>(comm, id, in, out, c, op);
+    });
+  } else {
+    run_reduce_scatter<Algo>(comm, id, in, out, c, op);
+  }
+}
+
+}  // namespace detail
+
+/// Reduce-scatter: out[i] = op over ranks of in[r*c + i] on rank r, with c = out.size() and
+/// in.size() = N*c on every rank. In place when `out` is block r of the input
+/// (`out.data() == in.data() + r*c`); any other overlap is rejected.
+/// \tparam Algo algorithm policy (`algo::automatic`, `algo::ring`).
+/// \tparam X transport of the communicator. \tparam T element type. \tparam Op reduction operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void reduce_scatter(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
+  const std::size_t n = static_cast<std::size_t>(comm.size()), c = out.size();
+  detail::check_size("reduce_scatter", "input", in.size(), n * c, "world size x output elements");
+  const bool in_place = static_cast<const void*>(out.data()) == static_cast<const void*>(in.data() + comm.rank() * c);
+  if (!in_place && detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    detail::invalid("reduce_scatter", "input and output overlap, but the output is not block " + std::to_string(comm.rank()) +
+                                          " of the input (the only in-place form)");
+  detail::reduce_scatter_impl<Algo>(comm, in.data(), out.data(), c, op);
+}
+
+}  // namespace gsync
