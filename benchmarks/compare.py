@@ -139,6 +139,7 @@ def check_range(sizes, ratios, lo, hi, need):
 
 
 def main():
+    global MID_RATIO, MID_HI
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", required=True, help="directory with the raw JSON files")
     ap.add_argument("--np", default=None, help='rank counts to report, e.g. "2 4" (default: all found)')
@@ -155,7 +156,6 @@ def main():
     ap.add_argument("--mid-ratio", type=float, default=None, help=f"target busbw ratio in the middle range (default {MID_RATIO})")
     ap.add_argument("--mid-hi", type=int, default=None, help="upper end of the middle range in bytes (default 16 MiB)")
     args = ap.parse_args()
-    global MID_RATIO, MID_HI
     if args.mid_ratio is not None:
         MID_RATIO = args.mid_ratio
     if args.mid_hi is not None:

@@ -35,26 +35,11 @@ struct ring {
   /// \tparam P a primitives type.
   template <class P>
   static void allreduce(P& p) {
-    const int n = p.size(), r = p.rank();
-    if (n == 1) return p.copy_final(p.out({0, p.count()}), p.in({0, p.count()}));
-    const ring_layout L(p.count(), n, p.segment_elems());
-    const std::size_t S = L.segments();
-    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
-
-    for (std::size_t k = 0; k < S; ++k) p.send(next, p.in(L.segment(r, k)));
-    for (int s = 0; s <= n - 2; ++s) {
-      const int c = wrap(r - s - 1, n);
-      for (std::size_t k = 0; k < S; ++k) {
-        const range seg = L.segment(c, k);
-        p.recv_reduce_send(prev, next, p.out(seg), p.in(seg), /*final=*/s == n - 2);
-      }
-    }
-    for (int t = 0; t <= n - 3; ++t) {
-      const int c = wrap(r - t, n);
-      for (std::size_t k = 0; k < S; ++k) p.recv_copy_send(prev, next, p.out(L.segment(c, k)));
-    }
-    const int last = wrap(r + 2, n);
-    for (std::size_t k = 0; k < S; ++k) p.recv(prev, p.out(L.segment(last, k)));
+    if (p.size() == 1) return p.copy_final(p.out({0, p.count()}), p.in({0, p.count()}));
+    // The last reduce-scatter step forwards each finished segment at once: it is also the
+    // allgather's first send, so the two phases overlap with no bubble between them.
+    reduce_scatter_phase(p, /*final=*/true, /*forward_last=*/true);
+    allgather_phase(p, /*first_sent=*/true);
     p.finish();
   }
 
@@ -201,7 +186,7 @@ struct ring {
   /// allreduce. The phases do not call `finish()`; the caller does, before it reuses buffers.
   /// 	param P a primitives type.
   template <class P>
-  static void reduce_scatter_phase(P& p, bool final) {
+  static void reduce_scatter_phase(P& p, bool final, bool forward_last = false) {
     const int n = p.size(), r = p.rank();
     if (n == 1) {
       if (final) p.copy_final(p.out({0, p.count()}), p.in({0, p.count()}));
@@ -214,9 +199,10 @@ struct ring {
     for (std::size_t k = 0; k < S; ++k) p.send(next, p.in(L.segment(r, k)));
     for (int s = 0; s <= n - 2; ++s) {
       const int c = wrap(r - s - 1, n);
+      const bool last = s == n - 2;
       for (std::size_t k = 0; k < S; ++k) {
         const range seg = L.segment(c, k);
-        if (s < n - 2) p.recv_reduce_send(prev, next, p.out(seg), p.in(seg), false);
+        if (!last || forward_last) p.recv_reduce_send(prev, next, p.out(seg), p.in(seg), last && final);
         else p.recv_reduce(prev, p.out(seg), p.in(seg), final);
       }
     }
@@ -228,15 +214,17 @@ struct ring {
     return ring_layout(p.count(), p.size(), p.segment_elems()).chunk(wrap(p.rank() + 1, p.size()));
   }
 
-  /// See `reduce_scatter_phase`. \tparam P a primitives type.
+  /// See `reduce_scatter_phase`; with `first_sent`, the owned chunk was already forwarded by it.
+  /// \tparam P a primitives type.
   template <class P>
-  static void allgather_phase(P& p) {
+  static void allgather_phase(P& p, bool first_sent = false) {
     const int n = p.size(), r = p.rank();
     if (n == 1) return;
     const ring_layout L(p.count(), n, p.segment_elems());
     const std::size_t S = L.segments();
     const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
-    for (std::size_t k = 0; k < S; ++k) p.send(next, p.out(L.segment(wrap(r + 1, n), k)));
+    if (!first_sent)
+      for (std::size_t k = 0; k < S; ++k) p.send(next, p.out(L.segment(wrap(r + 1, n), k)));
     for (int t = 0; t <= n - 2; ++t) {
       const int c = wrap(r - t, n);
       for (std::size_t k = 0; k < S; ++k) {
