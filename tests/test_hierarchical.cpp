@@ -13,6 +13,7 @@
 #include "support/world.hpp"
 
 #include <gsync/algo/hierarchical.hpp>
+#include <gsync/algo/select.hpp>
 
 namespace {
 
@@ -104,4 +105,23 @@ TEST_CASE("hierarchical allreduce over shared memory inside hosts and TCP across
     }, cfg());
     for (auto& e : errs.list) FAIL_CHECK(e);
   }
+}
+
+TEST_CASE("automatic choice: hierarchical for large buffers when ranks span hosts evenly") {
+  using namespace gsync::algo;
+  const gsync::topology two_by_four = gsync::topology::blocks(8, 4);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &two_by_four).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &two_by_four).id != allreduce_id::hierarchical);
+  const std::string why = choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &two_by_four).reason();
+  CHECK(why.find("several hosts") != std::string::npos);
+  // Uneven placement (hosts of 3, 3, 2 ranks), one host, or one rank per host: never hierarchical.
+  const gsync::topology uneven = gsync::topology::blocks(8, 3), one = gsync::topology::single_host(8),
+                        spread = gsync::topology::blocks(8, 1);
+  for (std::size_t bytes = 8; bytes <= (std::size_t{256} << 20); bytes *= 4)
+    for (const auto* t : {&uneven, &one, &spread}) CHECK(choose_allreduce(bytes, 8, "tcp", "", t).id != allreduce_id::hierarchical);
+  // Forced by name, whatever the placement.
+  CHECK(choose_allreduce(8, 8, "tcp", "hierarchical", &one).id == allreduce_id::hierarchical);
+  // On the network, large buffers go to the pipelined ring rather than halving-doubling.
+  const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts).id == allreduce_id::ring);
 }

@@ -110,6 +110,13 @@ struct cost_model {
   }
 };
 
+/// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
+/// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
+/// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/) and
+/// about 1.05-1.2x over 1 Gbit/s links at 4 hosts (benchmarks/results/cluster/A_4x1.md). This
+/// factor on halving-doubling's bandwidth term stands for that lost overlap.
+inline constexpr double hd_step_penalty = 1.1;
+
 /// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks.
 ///
 /// With s = bytes, N = world, P = largest power of two <= N, L = log2 P, f = 1 when N != P (else 0),
@@ -121,7 +128,7 @@ struct cost_model {
 /// - recursive_doubling: L + 2f whole-buffer exchanges (the fold adds two hops), in q = ceil(s/scr)
 ///   scratch-sized pieces: q (L+2f) alpha + (L+2f) s beta + (L+f) s gamma
 /// - halving_doubling: 2L + 2f messages; the core moves 2(P-1)/P of the buffer, the fold 2 whole
-///   buffers: (2L+2f) alpha + (2(P-1)/P + 2f) s beta + ((P-1)/P + f) s gamma
+///   buffers: (2L+2f) alpha + hd_step_penalty (2(P-1)/P + 2f) s beta + ((P-1)/P + f) s gamma
 /// - tree: 2H + St - 1 rounds (St = ceil(s/2/seg) segments per half), each costing about two
 ///   messages at the busiest rank (interior in one tree: two children, leaf in the other); the
 ///   busiest rank sends 3 halves up and down its interior tree and 1 in its leaf tree, plus the
@@ -150,8 +157,8 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
     }
     case allreduce_id::recursive_doubling:
       return pieces(s, m.scratch_bytes) * (L + 2 * f) * a + (L + 2 * f) * s * b + (L + f) * s * g;
-    case allreduce_id::halving_doubling:
-      return (2 * L + 2 * f) * a + (2 * (P - 1) / P + 2 * f) * s * b + ((P - 1) / P + f) * s * g;
+    case allreduce_id::halving_doubling:  // bandwidth term x hd_step_penalty: see cost_model
+      return (2 * L + 2 * f) * a + hd_step_penalty * (2 * (P - 1) / P + 2 * f) * s * b + ((P - 1) / P + f) * s * g;
     case allreduce_id::tree: {
       const double St = pieces(s / 2, m.segment_bytes);
       return 2 * (2 * H + St - 1) * a + (2 * s + 2 * H * s / (2 * St)) * b + s * g;
