@@ -139,3 +139,25 @@ TEST_CASE("GSYNC_SOCKET_IFNAME: an unknown interface is an error that lists the 
     CHECK(e.kind() == gsync::errc::invalid_argument);
   }
 }
+
+TEST_CASE("TCP congestion control: set before connecting, a refused name leaves the default and the job works") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acc(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  auto s = gsync::detail::connect_retry(io, acc.local_endpoint(), in(2000ms), "test acceptor", "cubic");
+  char name[32] = {};
+  socklen_t len = sizeof name;
+  REQUIRE(::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0);
+  CHECK(std::string(name) == "cubic");
+  CHECK_FALSE(gsync::detail::set_congestion(s.native_handle(), "no-such-cc"));
+  len = sizeof name;
+  REQUIRE(::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0);
+  CHECK(std::string(name) == "cubic");
+
+  env_guard g;
+  g.set("GSYNC_TCP_CONGESTION", "no-such-cc");
+  gsync_test::run_tcp(3, [](auto& comm, auto&) {
+    std::vector<float> v(1000, static_cast<float>(comm.rank() + 1));
+    gsync::allreduce(comm, std::span<float>{v});
+    CHECK(v[999] == 6.0f);
+  });
+}

@@ -93,15 +93,27 @@ inline void read_all(int fd, void* p, std::size_t n, deadline dl, const std::str
   }
 }
 
-/// Options of every data connection: no Nagle delay, large kernel buffers, non-blocking.
-inline void tune_data_socket(asio::ip::tcp::socket& s, int buf_bytes) {
+/// Sets TCP_CONGESTION of `fd` to `name` (empty: leaves it). Set it before connect(2) / listen(2):
+/// a connection that started under BBR keeps BBR's pacing after a switch. Returns false if refused.
+inline bool set_congestion(int fd, const std::string& name) {
+  if (name.empty()) return true;
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0;
+}
+
+/// Options of every data connection: no Nagle delay, large kernel buffers, congestion control
+/// `congestion` (empty: the system's), non-blocking. Returns false when the kernel refused the
+/// congestion control (not available, or not in net.ipv4.tcp_allowed_congestion_control); the
+/// connection then keeps the system default and works as before.
+inline bool tune_data_socket(asio::ip::tcp::socket& s, int buf_bytes, const std::string& congestion = {}) {
   asio::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
   if (buf_bytes > 0) {
     s.set_option(asio::socket_base::send_buffer_size(buf_bytes), ec);
     s.set_option(asio::socket_base::receive_buffer_size(buf_bytes), ec);
   }
+  const bool cc_ok = set_congestion(s.native_handle(), congestion);
   set_nonblocking(s.native_handle());
+  return cc_ok;
 }
 
 /// Resolves `host` (name or IPv4/IPv6 literal) to an address, preferring IPv4.
@@ -119,7 +131,7 @@ inline asio::ip::address resolve_host(asio::io_context& io, const std::string& h
 
 /// Connects to `ep`, retrying refused connections (the listener may not be up yet) until `dl`.
 inline asio::ip::tcp::socket connect_retry(asio::io_context& io, const asio::ip::tcp::endpoint& ep, deadline dl,
-                                           const std::string& what) {
+                                           const std::string& what, const std::string& congestion = {}) {
   auto backoff = std::chrono::milliseconds(5);
   std::string last = "no attempt";
   for (;;) {
@@ -128,6 +140,7 @@ inline asio::ip::tcp::socket connect_retry(asio::io_context& io, const asio::ip:
     s.open(ep.protocol(), ec);
     if (ec) throw error(errc::system, "socket(): " + ec.message());
     set_nonblocking(s.native_handle());
+    set_congestion(s.native_handle(), congestion);  // failure reported by tune_data_socket
     int r = ::connect(s.native_handle(), ep.data(), static_cast<socklen_t>(ep.size()));
     int err = r == 0 ? 0 : errno;
     if (err == EINPROGRESS) {

@@ -7,7 +7,10 @@
 /// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
 /// lower rank (sending a hello frame naming itself and the job's nonce) and accepts from every
 /// higher rank (checking the hello: a connection from another job or with garbage is closed,
-/// logged, and setup goes on). Sockets get TCP_NODELAY and 4 MiB kernel buffers.
+/// logged, and setup goes on). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
+/// control (GSYNC_TCP_CONGESTION): a system default of BBR paces every connection at its estimate of
+/// the path's bandwidth, which on loopback and short links is far below what the path carries
+/// (measured on loopback, 2 ranks, 4 MiB allreduce: 2.1 GB/s busbw under BBR, 3.6 GB/s under CUBIC).
 ///
 /// Data path: `post_send` appends (header, pointer, length) to the peer's queue and writes what
 /// the kernel takes at once; the rest is written whenever a blocking call waits. A blocking call
@@ -40,6 +43,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -67,6 +71,8 @@ namespace gsync::transport {
 /// Tunables of the TCP transport.
 struct tcp_options {
   int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets
+  /// TCP_CONGESTION of data sockets (GSYNC_TCP_CONGESTION; "default" or empty: the system's).
+  std::string congestion = "cubic";
   std::size_t staging_bytes = 256 << 10;      ///< recv_stream staging buffer
   /// Microseconds a wait polls without sleeping before it blocks in poll(2) (GSYNC_SPIN_US).
   /// -1: automatic, 50 us when this host runs no more ranks than it has cores, else 0 (spinning
@@ -96,6 +102,7 @@ class tcp {
       if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
       opt_.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
     }
+    if (auto c = detail::env("GSYNC_TCP_CONGESTION")) opt_.congestion = (*c == "default") ? std::string{} : *c;
     auto master = detail::resolve_host(io_, li.master_addr);
     if (rank_ == 0) {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
@@ -269,9 +276,19 @@ class tcp {
     asio::error_code ec;
     acc_.open(ep.protocol(), ec);
     if (!ec) acc_.bind(ep, ec);
+    if (!ec) detail::set_congestion(acc_.native_handle(), opt_.congestion);  // accepted connections inherit it
     if (!ec) acc_.listen(std::max(64, size_), ec);
     if (ec) throw error(errc::system, "rank " + std::to_string(rank_) + ": cannot listen on " + addr.to_string() + ": " + ec.message());
     acc_.non_blocking(true);
+  }
+
+  // Socket options of a data connection; a congestion control the kernel refuses is logged once.
+  void tune(asio::ip::tcp::socket& s) {
+    if (!detail::tune_data_socket(s, opt_.socket_buffer_bytes, opt_.congestion) && !cc_warned_) {
+      cc_warned_ = true;
+      log_.info("TCP congestion control '" + opt_.congestion + "' refused by the kernel (" + detail::errno_text(errno) +
+                "); data connections keep the system default (GSYNC_TCP_CONGESTION)");
+    }
   }
 
   void connect_lower(deadline dl) {
@@ -281,8 +298,8 @@ class tcp {
       if (sp == std::string::npos) throw error(errc::mismatch, "bad address record for rank " + std::to_string(j) + ": " + a);
       asio::ip::tcp::endpoint ep(asio::ip::make_address(a.substr(0, sp)),
                                  static_cast<std::uint16_t>(std::stoi(a.substr(sp + 1))));
-      auto s = std::make_unique<asio::ip::tcp::socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j)));
-      detail::tune_data_socket(*s, opt_.socket_buffer_bytes);
+      auto s = std::make_unique<asio::ip::tcp::socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
+      tune(*s);
       hello h;
       h.rank = rank_;
       h.size = size_;
@@ -303,7 +320,7 @@ class tcp {
           if (!peers_[j].s) who += (who.empty() ? "" : ", ") + std::to_string(j);
         throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
       }
-      detail::tune_data_socket(*s, opt_.socket_buffer_bytes);
+      tune(*s);
       hello h;
       std::string from;
       try {
@@ -374,6 +391,7 @@ class tcp {
       c.out = &peer_segs_[j].ctl(my_slot);
       c.out_data = peer_segs_[j].data(my_slot);
       c.out_cap = rb;
+      std::memset(c.out_data, 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
       c.in = &seg_.ctl(slot_of(j));
       c.in_data = seg_.data(slot_of(j));
       c.in_cap = opt_.shm_ring_bytes;
@@ -752,6 +770,7 @@ class tcp {
 
   int rank_, size_;
   logger log_;
+  bool cc_warned_ = false;
   tcp_options opt_;
   asio::io_context io_;
   asio::ip::tcp::acceptor acc_;
