@@ -5,7 +5,8 @@
 // Starts N copies ("ranks") of PROGRAM. Each rank inherits gsyncrun's environment, minus variables
 // that other launchers use for rank detection (RANK, WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*), plus
 // GSYNC_RANK, GSYNC_WORLD_SIZE, GSYNC_LOCAL_RANK, GSYNC_LOCAL_WORLD_SIZE, GSYNC_MASTER_ADDR and
-// GSYNC_MASTER_PORT (a free TCP port unless one is given). The ranks' stdout and stderr are read
+// GSYNC_MASTER_PORT (a free TCP port unless one is given) and GSYNC_JOB_KEY (a fresh random secret
+// per job unless one is given: gsync authenticates every connection with it). The ranks' stdout and stderr are read
 // through pipes and re-emitted line by line on gsyncrun's stdout and stderr, each line prefixed with
 // "[rank] " by default. As soon as one rank fails (non-zero exit or killed by a signal), the job is
 // torn down: the other ranks get SIGTERM and, after a grace period, SIGKILL; gsyncrun then exits with
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +39,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -998,6 +1001,27 @@ class job {
   bool stderr_broken_ = false;
 };
 
+/// 32 random bytes from the kernel (getrandom(2)), as 64 hex digits.
+std::string random_job_key() {
+  unsigned char b[32];
+  std::size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t r = ::getrandom(b + got, sizeof b - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  static const char hex[] = "0123456789abcdef";
+  std::string k;
+  for (unsigned char c : b) {
+    k.push_back(hex[c >> 4]);
+    k.push_back(hex[c & 15]);
+  }
+  return k;
+}
+
 /// Builds every rank's environment: gsyncrun's own, minus removed/overridden variables, plus -x
 /// entries, plus the GSYNC_* launcher variables.
 std::vector<std::vector<std::string>> build_environments(const options& opt, const std::string& addr, int port) {
@@ -1022,6 +1046,12 @@ std::vector<std::vector<std::string>> build_environments(const options& opt, con
                              [&](const std::string& e) { return env_name(e) == name; });
     if (!later) base.push_back(opt.extra_env[k]);
   }
+  // A secret per job, so that only this job's ranks can connect to each other (gsync's job-key
+  // handshake); one given in the environment or with -x is kept.
+  const bool has_key = std::any_of(base.begin(), base.end(), [](const std::string& e) {
+    return env_name(e) == "GSYNC_JOB_KEY" && e.size() > std::string_view("GSYNC_JOB_KEY=").size();
+  });
+  if (!has_key) base.push_back("GSYNC_JOB_KEY=" + random_job_key());
   base.push_back("GSYNC_WORLD_SIZE=" + std::to_string(opt.nranks));
   base.push_back("GSYNC_LOCAL_WORLD_SIZE=" + std::to_string(opt.nranks));
   base.push_back("GSYNC_MASTER_ADDR=" + addr);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "gsync/core/config.hpp"
@@ -31,6 +32,9 @@ struct launch_info {
   /// This process's host identity (GSYNC_HOST_ID); empty = computed (bootstrap/host_id.hpp).
   /// Ranks with equal identities share memory and form the intra-host level.
   std::string host_id;
+  /// The job key every connection must prove (bootstrap/auth.hpp). Unset: GSYNC_JOB_KEY, read
+  /// when the transport starts; set to "": no authentication.
+  std::optional<std::string> job_key;
 
   /// Reads the environment; throws invalid_argument when no launcher's variables are present or
   /// they are inconsistent.

@@ -18,6 +18,10 @@
 ///   check: string key                       -> ok u8 exists
 /// The server accepts at most 16 MiB per request; a client that sends anything malformed is
 /// disconnected and logged, other clients carry on.
+///
+/// Every connection starts with the job-key handshake of bootstrap/auth.hpp: the server answers no
+/// request before the client has proved the key, drops a client that fails it or stays silent for
+/// 10 s, and logs why; the client checks the server's proof before its first request.
 
 #include <poll.h>
 
@@ -33,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "gsync/bootstrap/auth.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/detail/socket.hpp"
@@ -76,9 +81,10 @@ struct reader {
 /// The store server. Runs a poll loop on its own thread from construction to destruction.
 class store_server {
  public:
-  /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`).
-  store_server(const std::string& bind_addr, std::uint16_t port, logger log = {})
-      : acc_(io_), log_(log) {
+  /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`); clients must prove `key`.
+  store_server(const std::string& bind_addr, std::uint16_t port, logger log = {},
+               auth::job_key key = auth::job_key::from_env())
+      : acc_(io_), log_(log), key_(std::move(key)) {
     asio::error_code ec;
     auto addr = asio::ip::make_address(bind_addr, ec);
     if (ec) throw error(errc::invalid_argument, "store: bad bind address '" + bind_addr + "'");
@@ -113,7 +119,11 @@ class store_server {
     asio::ip::tcp::socket s;
     std::string in, out;
     bool dead = false;
+    std::unique_ptr<auth::server_handshake> hs;  // until the client has proved the key
+    clock::time_point since{};                   // when it connected
+    std::string from;                            // its address, for logs
   };
+  static constexpr auto handshake_limit = std::chrono::seconds(10);
   struct parked {
     client* c;
     std::uint8_t cmd;
@@ -129,6 +139,8 @@ class store_server {
       for (auto& c : clients_) fds.push_back({c->s.native_handle(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
       int timeout = -1;
       auto now = clock::now();
+      for (auto& c : clients_)
+        if (c->hs) timeout = 1000;  // check the handshake deadline now and then
       for (auto& p : parked_) {
         int ms = static_cast<int>(std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(p.dl - now).count() + 1));
         timeout = timeout < 0 ? ms : std::min(timeout, ms);
@@ -148,12 +160,15 @@ class store_server {
   }
   void accept_all() {
     for (;;) {
-      auto c = std::make_unique<client>(client{asio::ip::tcp::socket(io_), {}, {}, false});
+      auto c = std::make_unique<client>(client{asio::ip::tcp::socket(io_), {}, {}, false, nullptr, clock::now(), {}});
       asio::error_code ec;
       acc_.accept(c->s, ec);
       if (ec) return;
-      detail::set_nonblocking(c->s.native_handle());
+      c->hs = std::make_unique<auth::server_handshake>(key_);
       asio::error_code ig;
+      const auto peer = c->s.remote_endpoint(ig);
+      c->from = peer.address().to_string() + ":" + std::to_string(peer.port());
+      detail::set_nonblocking(c->s.native_handle());
       c->s.set_option(asio::ip::tcp::no_delay(true), ig);
       clients_.push_back(std::move(c));
     }
@@ -171,6 +186,15 @@ class store_server {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
       break;
+    }
+    if (!c.dead && c.hs) {
+      const auto st = c.hs->feed(c.in, c.out);
+      if (st == auth::server_handshake::state::failed) return drop(c, "connection from " + c.from + " rejected: " + c.hs->why());
+      if (st == auth::server_handshake::state::need_more) {
+        if (!c.out.empty()) flush(c);
+        return;
+      }
+      c.hs.reset();  // authenticated; requests may follow in the same read
     }
     while (!c.dead && c.in.size() >= 4) {
       std::uint32_t len;
@@ -295,6 +319,10 @@ class store_server {
     }
   }
   void reap() {
+    const auto now = clock::now();
+    for (auto& c : clients_)
+      if (!c->dead && c->hs && now - c->since > handshake_limit)
+        drop(*c, "connection from " + c->from + " did not authenticate within 10 s");
     std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
     std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
   }
@@ -302,6 +330,7 @@ class store_server {
   asio::io_context io_;
   asio::ip::tcp::acceptor acc_;
   logger log_;
+  auth::job_key key_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<client>> clients_;
@@ -313,13 +342,16 @@ class store_server {
 /// A connection to the store. Calls are serialized by a mutex, so one client may be shared by threads.
 class store_client {
  public:
-  /// Connects to host:port, retrying until `dl` (the server may start later than this rank).
-  store_client(const std::string& host, std::uint16_t port, deadline dl) : s_(io_) {
+  /// Connects to host:port, retrying until `dl` (the server may start later than this rank), and
+  /// runs the job-key handshake (errc::auth_failed if the store holds another key).
+  store_client(const std::string& host, std::uint16_t port, deadline dl, const auth::job_key& key = auth::job_key::from_env())
+      : s_(io_) {
     auto addr = detail::resolve_host(io_, host);
     s_ = detail::connect_retry(io_, asio::ip::tcp::endpoint(addr, port), dl, "the gsync store (rank 0)");
     asio::error_code ig;
     s_.set_option(asio::ip::tcp::no_delay(true), ig);
     what_ = "the gsync store at " + host + ":" + std::to_string(port);
+    auth::client_handshake(s_.native_handle(), key, dl, what_);
   }
 
   /// Sets key to value.

@@ -7,7 +7,8 @@
 /// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
 /// lower rank (sending a hello frame naming itself and the job's nonce) and accepts from every
 /// higher rank (checking the hello: a connection from another job or with garbage is closed,
-/// logged, and setup goes on). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
+/// logged, and setup goes on). Before the hello, both ends of every connection (and of every store
+/// connection) run the job-key handshake of bootstrap/auth.hpp (GSYNC_JOB_KEY). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
 /// control (GSYNC_TCP_CONGESTION): a system default of BBR paces every connection at its estimate of
 /// the path's bandwidth, which on loopback and short links is far below what the path carries
 /// (measured on loopback, 2 ranks, 4 MiB allreduce: 2.1 GB/s busbw under BBR, 3.6 GB/s under CUBIC).
@@ -52,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "gsync/bootstrap/auth.hpp"
 #include "gsync/bootstrap/host_id.hpp"
 #include "gsync/bootstrap/interface.hpp"
 #include "gsync/bootstrap/launch_env.hpp"
@@ -97,6 +99,7 @@ class tcp {
   tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt = {})
       : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
     const deadline dl = std::chrono::steady_clock::now() + timeout;
+    key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
     if (auto b = detail::env("GSYNC_SOCKET_BUFFER")) {
       auto v = detail::parse_size(*b);
       if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
@@ -106,9 +109,9 @@ class tcp {
     auto master = detail::resolve_host(io_, li.master_addr);
     if (rank_ == 0) {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
-      server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_);
+      server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
     }
-    store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl);
+    store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
     const auto me = bootstrap::pick_listen_address(io_, master);
     listen(me);
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
@@ -300,6 +303,7 @@ class tcp {
                                  static_cast<std::uint16_t>(std::stoi(a.substr(sp + 1))));
       auto s = std::make_unique<asio::ip::tcp::socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
       tune(*s);
+      bootstrap::auth::client_handshake(s->native_handle(), key_, dl, "rank " + std::to_string(j));
       hello h;
       h.rank = rank_;
       h.size = size_;
@@ -328,6 +332,11 @@ class tcp {
         from = s->remote_endpoint(ig).address().to_string();
         // A stranger gets a few seconds to identify itself, never the whole setup deadline.
         const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+        std::string why;
+        if (!bootstrap::auth::accept_handshake(s->native_handle(), key_, hdl, "connecting peer " + from, why)) {
+          log_.warn("rejected a connection from " + from + ": " + why);
+          continue;
+        }
         detail::read_all(s->native_handle(), &h, sizeof h, hdl, "connecting peer " + from);
       } catch (const error& e) {
         log_.warn("rejected a connection from " + from + ": " + e.what());
@@ -770,6 +779,7 @@ class tcp {
 
   int rank_, size_;
   logger log_;
+  bootstrap::auth::job_key key_;  // launch_info::job_key or GSYNC_JOB_KEY (bootstrap/auth.hpp)
   bool cc_warned_ = false;
   tcp_options opt_;
   asio::io_context io_;

@@ -1,0 +1,243 @@
+#pragma once
+/// \file
+/// Mutual challenge-response authentication of every connection of a job (store and data
+/// connections) on a shared job key, so that no process outside the job can join it, feed it bytes
+/// or read its data.
+///
+/// The key comes from `GSYNC_JOB_KEY` (any string; `gsyncrun` generates 32 random bytes per job).
+/// Handshake, run by the side that connected (the initiator, "client") and the side that accepted
+/// (the "server") before any other byte:
+///
+///   client -> server:  magic "GSYNAUT1" (8 bytes) | nonce_c (16 random bytes)
+///   server -> client:  nonce_s (16 random bytes)  | HMAC-SHA256(key, "gsync-auth-v1 server" | nonce_c | nonce_s)
+///   client -> server:  HMAC-SHA256(key, "gsync-auth-v1 client" | nonce_s | nonce_c)
+///
+/// Each side proves it holds the key by a MAC over the other side's fresh nonce, so a recorded
+/// exchange cannot be replayed, and the role labels stop a MAC from being reflected back. The MAC
+/// is OpenSSL's (libcrypto), compared in constant time; nothing cryptographic is written here.
+///
+/// Without a key the same exchange runs with all-zero MACs (no authentication: a warning is
+/// logged once per process), so a keyed rank and a keyless one never connect, and a stray
+/// connection that does not speak the protocol is still rejected at its first bytes. A build
+/// without libcrypto (GSYNC_HAVE_OPENSSL undefined) refuses to run with a key rather than run
+/// unauthenticated.
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <string_view>
+
+#if defined(GSYNC_HAVE_OPENSSL)
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#endif
+
+#include "gsync/core/config.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+#include "gsync/detail/socket.hpp"
+
+namespace gsync::bootstrap::auth {
+
+inline constexpr std::size_t nonce_bytes = 16;  ///< bytes of each side's challenge
+inline constexpr std::size_t mac_bytes = 32;    ///< HMAC-SHA256
+inline constexpr std::array<char, 8> magic = {'G', 'S', 'Y', 'N', 'A', 'U', 'T', '1'};
+/// Bytes the client sends first (magic and its nonce).
+inline constexpr std::size_t hello_bytes = magic.size() + nonce_bytes;
+/// Bytes of the server's answer (its nonce and its MAC).
+inline constexpr std::size_t challenge_bytes = nonce_bytes + mac_bytes;
+
+using nonce = std::array<std::uint8_t, nonce_bytes>;  ///< a challenge
+using mac = std::array<std::uint8_t, mac_bytes>;      ///< a proof
+
+/// The job key. Empty: no authentication.
+class job_key {
+ public:
+  job_key() = default;
+  /// A key of the given bytes (empty: none).
+  explicit job_key(std::string k) : k_(std::move(k)) {
+#if !defined(GSYNC_HAVE_OPENSSL)
+    if (!k_.empty())
+      throw error(errc::invalid_argument,
+                  "GSYNC_JOB_KEY is set but this program was built without libcrypto (OpenSSL), so connections "
+                  "cannot be authenticated; rebuild with OpenSSL found by CMake, or unset GSYNC_JOB_KEY");
+#endif
+  }
+  /// `GSYNC_JOB_KEY`, or none. Logs a warning (once per process) when there is none.
+  static job_key from_env() {
+    auto v = detail::env("GSYNC_JOB_KEY");
+    if (!v || v->empty()) {
+      static bool warned = false;  // once per process: every connection would repeat it
+      if (!warned) {
+        warned = true;
+        logger(-1).warn(
+            "GSYNC_JOB_KEY is not set: connections are NOT authenticated, any process that can reach this job's "
+            "ports can join it (gsyncrun sets a key per job; set the same secret on every rank otherwise)");
+      }
+      return {};
+    }
+    return job_key(*v);
+  }
+  bool empty() const noexcept { return k_.empty(); }  ///< true without a key
+
+  /// MAC of `label | a | b` under the key (all zeros without a key).
+  mac sign(std::string_view label, const nonce& a, const nonce& b) const {
+    mac m{};
+    if (k_.empty()) return m;
+#if defined(GSYNC_HAVE_OPENSSL)
+    std::array<std::uint8_t, 64 + 2 * nonce_bytes> msg{};
+    if (label.size() > 64) throw error(errc::invalid_argument, "auth: label too long");
+    std::memcpy(msg.data(), label.data(), label.size());
+    std::memcpy(msg.data() + label.size(), a.data(), nonce_bytes);
+    std::memcpy(msg.data() + label.size() + nonce_bytes, b.data(), nonce_bytes);
+    unsigned len = 0;
+    if (!HMAC(EVP_sha256(), k_.data(), static_cast<int>(k_.size()), msg.data(), label.size() + 2 * nonce_bytes, m.data(), &len) ||
+        len != mac_bytes)
+      throw error(errc::system, "auth: HMAC-SHA256 failed in libcrypto");
+#endif
+    return m;
+  }
+  /// Constant-time comparison of two proofs.
+  static bool equal(const mac& x, const mac& y) noexcept {
+#if defined(GSYNC_HAVE_OPENSSL)
+    return CRYPTO_memcmp(x.data(), y.data(), mac_bytes) == 0;
+#else
+    return std::memcmp(x.data(), y.data(), mac_bytes) == 0;  // only all-zero proofs exist without libcrypto
+#endif
+  }
+
+ private:
+  std::string k_;
+};
+
+inline constexpr std::string_view server_label = "gsync-auth-v1 server";  ///< label of the server's proof
+inline constexpr std::string_view client_label = "gsync-auth-v1 client";  ///< label of the client's proof
+
+/// A fresh random challenge (libcrypto's generator; std::random_device without it).
+inline nonce fresh_nonce() {
+  nonce n{};
+#if defined(GSYNC_HAVE_OPENSSL)
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) == 1) return n;
+#endif
+  std::random_device rd;
+  for (std::size_t i = 0; i < n.size(); i += 4) {
+    const auto v = rd();
+    std::memcpy(n.data() + i, &v, std::min<std::size_t>(4, n.size() - i));
+  }
+  return n;
+}
+
+/// Initiator side on connected socket `fd`: proves the key and checks the server's proof.
+/// Throws errc::auth_failed when the server does not hold the same key (or does not speak the
+/// protocol), errc::timeout / peer_lost as the socket helpers do.
+inline void client_handshake(int fd, const job_key& key, deadline dl, const std::string& what) {
+  std::array<std::uint8_t, hello_bytes> h{};
+  std::memcpy(h.data(), magic.data(), magic.size());
+  const nonce nc = fresh_nonce();
+  std::memcpy(h.data() + magic.size(), nc.data(), nonce_bytes);
+  detail::write_all(fd, h.data(), h.size(), dl, what);
+  std::array<std::uint8_t, challenge_bytes> c{};
+  try {
+    detail::read_all(fd, c.data(), c.size(), dl, what);
+  } catch (const error& e) {
+    // A server that rejects our proof or our hello closes the connection without a word.
+    if (e.kind() == errc::peer_lost)
+      throw error(errc::auth_failed, "authentication with " + what + " failed: it closed the connection during the "
+                                     "handshake (a different GSYNC_JOB_KEY, or not a gsync endpoint)");
+    throw;
+  }
+  nonce ns{};
+  mac ms{};
+  std::memcpy(ns.data(), c.data(), nonce_bytes);
+  std::memcpy(ms.data(), c.data() + nonce_bytes, mac_bytes);
+  if (!job_key::equal(ms, key.sign(server_label, nc, ns)))
+    throw error(errc::auth_failed, "authentication with " + what + " failed: its proof does not match this job's key "
+                                   "(GSYNC_JOB_KEY differs between ranks, or it is not part of this job)");
+  const mac mine = key.sign(client_label, ns, nc);
+  detail::write_all(fd, mine.data(), mine.size(), dl, what);
+}
+
+/// Incremental server side, for event loops (the store): feed it the bytes received so far.
+class server_handshake {
+ public:
+  /// Outcome of `feed`.
+  enum class state { need_more, done, failed };
+
+  explicit server_handshake(const job_key& key) : key_(&key) {}
+
+  /// Consumes handshake bytes from the front of `in` (leaving any later bytes there); appends
+  /// what must be sent to `out`. On `failed`, `why()` says what was wrong.
+  state feed(std::string& in, std::string& out) {
+    if (stage_ == 0) {
+      if (in.size() >= magic.size() && std::memcmp(in.data(), magic.data(), magic.size()) != 0)
+        return fail("not a gsync connection (bad handshake magic)");
+      if (in.size() < hello_bytes) return state::need_more;
+      std::memcpy(nc_.data(), in.data() + magic.size(), nonce_bytes);
+      in.erase(0, hello_bytes);
+      ns_ = fresh_nonce();
+      const mac m = key_->sign(server_label, nc_, ns_);
+      out.append(reinterpret_cast<const char*>(ns_.data()), nonce_bytes);
+      out.append(reinterpret_cast<const char*>(m.data()), mac_bytes);
+      stage_ = 1;
+    }
+    if (stage_ == 1) {
+      if (in.size() < mac_bytes) return state::need_more;
+      mac m{};
+      std::memcpy(m.data(), in.data(), mac_bytes);
+      in.erase(0, mac_bytes);
+      if (!job_key::equal(m, key_->sign(client_label, ns_, nc_)))
+        return fail("failed authentication (wrong or missing GSYNC_JOB_KEY)");
+      stage_ = 2;
+    }
+    return stage_ == 2 ? state::done : state::failed;
+  }
+  /// Why the handshake failed.
+  const std::string& why() const noexcept { return why_; }
+
+ private:
+  state fail(std::string w) {
+    why_ = std::move(w);
+    stage_ = 3;
+    return state::failed;
+  }
+  const job_key* key_;
+  int stage_ = 0;
+  nonce nc_{}, ns_{};
+  std::string why_;
+};
+
+/// Blocking server side on accepted socket `fd` (data connections). Returns false, with the reason
+/// in `why`, when the peer does not authenticate before `dl`; the caller closes and logs.
+inline bool accept_handshake(int fd, const job_key& key, deadline dl, const std::string& what, std::string& why) {
+  server_handshake hs(key);
+  std::string in, out;
+  bool challenged = false;  // the hello was answered; the client's proof comes next
+  try {
+    for (;;) {
+      const std::size_t want = challenged ? mac_bytes : hello_bytes;
+      std::string buf(want, '\0');
+      detail::read_all(fd, buf.data(), want, dl, what);
+      in += buf;
+      const auto st = hs.feed(in, out);
+      if (!out.empty()) {
+        detail::write_all(fd, out.data(), out.size(), dl, what);
+        out.clear();
+        challenged = true;
+      }
+      if (st == server_handshake::state::done) return true;
+      if (st == server_handshake::state::failed) {
+        why = hs.why();
+        return false;
+      }
+    }
+  } catch (const error& e) {
+    why = std::string("handshake: ") + e.what();
+    return false;
+  }
+}
+
+}  // namespace gsync::bootstrap::auth
