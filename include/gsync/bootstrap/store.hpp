@@ -34,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -76,6 +77,51 @@ struct reader {
     return true;
   }
 };
+
+/// One decoded request.
+struct request {
+  std::uint8_t cmd = 0;             ///< cmd_*
+  std::uint32_t timeout_ms = 0;     ///< get / wait
+  std::vector<std::string> keys;    ///< set, add, check, get: one; wait: up to 65536
+  std::string value;                ///< set
+  std::int64_t delta = 0;           ///< add
+};
+
+/// Decodes request frame `f` (command byte, then body). Returns false, with the reason in `why`,
+/// for anything malformed: unknown command, short or trailing bytes, over-long strings.
+/// Everything the server reads from a client goes through here (and tests/fuzz/ fuzzes it).
+inline bool parse_request(std::string_view f, request& r, std::string& why) {
+  if (f.empty()) {
+    why = "empty request";
+    return false;
+  }
+  reader rd{f.data() + 1, f.size() - 1};
+  r = request{};
+  r.cmd = static_cast<std::uint8_t>(f[0]);
+  auto key = [&] {
+    std::string k;
+    if (!rd.get_str(k)) return false;
+    r.keys.push_back(std::move(k));
+    return true;
+  };
+  bool ok = false;
+  switch (r.cmd) {
+    case cmd_set: ok = key() && rd.get_str(r.value); break;
+    case cmd_get: ok = rd.get(r.timeout_ms) && key(); break;
+    case cmd_wait: {
+      std::uint32_t n = 0;
+      ok = rd.get(r.timeout_ms) && rd.get(n) && n <= 65536;
+      for (std::uint32_t i = 0; ok && i < n; ++i) ok = key();
+      break;
+    }
+    case cmd_add: ok = key() && rd.get(r.delta); break;
+    case cmd_check: ok = key(); break;
+    default: why = "unknown command " + std::to_string(r.cmd); return false;
+  }
+  if (!ok) why = "malformed request (command " + std::to_string(r.cmd) + ")";
+  else if (rd.n) why = "trailing bytes after request (command " + std::to_string(r.cmd) + ")";
+  return ok && rd.n == 0;
+}
 }  // namespace store_proto
 
 /// The store server. Runs a poll loop on its own thread from construction to destruction.
@@ -232,57 +278,39 @@ class store_server {
   }
   void handle(client& c, const std::string& frame) {
     using namespace store_proto;
-    reader rd{frame.data() + 1, frame.size() - 1};
-    const std::uint8_t cmd = static_cast<std::uint8_t>(frame[0]);
-    switch (cmd) {
-      case cmd_set: {
-        std::string k, v;
-        if (!rd.get_str(k) || !rd.get_str(v) || rd.n) return drop(c, "malformed set");
-        kv_[k] = std::move(v);
+    request rq;
+    std::string why;
+    if (!parse_request(frame, rq, why)) return drop(c, why);
+    switch (rq.cmd) {
+      case cmd_set:
+        kv_[rq.keys[0]] = std::move(rq.value);
         reply(c, st_ok);
         wake_parked();
         return;
-      }
       case cmd_get: case cmd_wait: {
-        std::uint32_t ms = 0, n = 1;
-        parked p{&c, cmd, {}, {}};
-        if (!rd.get(ms)) return drop(c, "malformed get/wait");
-        if (cmd == cmd_wait && (!rd.get(n) || n > 65536)) return drop(c, "malformed wait");
-        for (std::uint32_t i = 0; i < n; ++i) {
-          std::string k;
-          if (!rd.get_str(k)) return drop(c, "malformed key");
-          p.keys.push_back(std::move(k));
-        }
-        if (rd.n) return drop(c, "trailing bytes");
-        p.dl = clock::now() + std::chrono::milliseconds(ms);
+        parked p{&c, rq.cmd, std::move(rq.keys), clock::now() + std::chrono::milliseconds(rq.timeout_ms)};
         if (ready(p)) answer(p);
         else parked_.push_back(std::move(p));
         return;
       }
       case cmd_add: {
-        std::string k;
-        std::int64_t d = 0;
-        if (!rd.get_str(k) || !rd.get(d) || rd.n) return drop(c, "malformed add");
         std::int64_t v = 0;
-        if (auto it = kv_.find(k); it != kv_.end()) {
+        if (auto it = kv_.find(rq.keys[0]); it != kv_.end()) {
           try { v = std::stoll(it->second); } catch (...) { v = 0; }
         }
-        v += d;
-        kv_[k] = std::to_string(v);
+        if (__builtin_add_overflow(v, rq.delta, &v)) return drop(c, "add overflows a 64-bit counter");
+        kv_[rq.keys[0]] = std::to_string(v);
         std::string b;
         put<std::int64_t>(b, v);
         reply(c, st_ok, b);
         wake_parked();
         return;
       }
-      case cmd_check: {
-        std::string k;
-        if (!rd.get_str(k) || rd.n) return drop(c, "malformed check");
-        std::string b(1, kv_.count(k) ? '\1' : '\0');
+      default: {  // cmd_check
+        std::string b(1, kv_.count(rq.keys[0]) ? '\1' : '\0');
         reply(c, st_ok, b);
         return;
       }
-      default: return drop(c, "unknown command " + std::to_string(cmd));
     }
   }
   void wake_parked() {

@@ -1,0 +1,30 @@
+// libFuzzer target: bytes a client sends to the store server after the handshake. The stream is cut
+// into frames exactly as the server does (u32 length, 1..16 MiB) and every frame is decoded by
+// store_proto::parse_request, which must either accept it with consistent fields or reject it.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "gsync/bootstrap/store.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace gsync::bootstrap::store_proto;
+  std::string in(reinterpret_cast<const char*>(data), size);
+  while (in.size() >= 4) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, in.data(), 4);
+    if (len == 0 || len > max_frame || in.size() < 4 + std::size_t{len}) break;  // server: drop or wait
+    const std::string frame = in.substr(4, len);
+    in.erase(0, 4 + std::size_t{len});
+    request r;
+    std::string why;
+    if (parse_request(frame, r, why)) {
+      if (r.cmd < cmd_set || r.cmd > cmd_check) __builtin_trap();
+      if (r.cmd != cmd_wait && r.keys.size() != 1) __builtin_trap();
+      if (r.keys.size() > 65536) __builtin_trap();
+    } else if (why.empty()) {
+      __builtin_trap();  // a rejection must say why (it is logged)
+    }
+  }
+  return 0;
+}
