@@ -161,3 +161,90 @@ TEST_CASE("TCP congestion control: set before connecting, a refused name leaves 
     CHECK(v[999] == 6.0f);
   });
 }
+
+TEST_CASE("store: a rank that leaves normally is not lost; one that fails is, and waiters hear of it at once") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{});
+  const auto port = srv.port();
+  const gsync::bootstrap::auth::job_key none;
+  gsync::bootstrap::store_client a("127.0.0.1", port, in(2000ms), none);
+  a.hello(1, in(2000ms));
+  {
+    gsync::bootstrap::store_client c("127.0.0.1", port, in(2000ms), none);
+    c.hello(3, in(2000ms));
+    c.set("from3", "x", in(2000ms));
+  }  // normal goodbye
+  try {
+    a.get("never", in(300ms));
+    FAIL("got a key nobody set");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::timeout);
+  }
+  gsync::bootstrap::store_client a2("127.0.0.1", port, in(2000ms), none);
+  std::thread waiter([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      a2.get("from2", in(20000ms));
+      FAIL("got a key nobody set");
+    } catch (const gsync::error& e) {
+      CHECK(e.kind() == gsync::errc::peer_lost);
+      CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
+      CHECK(std::chrono::steady_clock::now() - t0 < 10000ms);
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  try {
+    gsync::bootstrap::store_client b("127.0.0.1", port, in(2000ms), none);
+    b.hello(2, in(2000ms));
+    throw std::runtime_error("rank 2 fails");  // unwinding: no goodbye
+  } catch (const std::runtime_error&) {
+  }
+  waiter.join();
+  // Keys that exist are still served; later waits for missing keys fail at once.
+  gsync::bootstrap::store_client d("127.0.0.1", port, in(2000ms), none);
+  CHECK(d.get("from3", in(2000ms)) == "x");
+  CHECK(d.check("gsync/lost", in(2000ms)));
+  CHECK_THROWS_AS(d.get("missing", in(20000ms)), gsync::error);
+}
+
+TEST_CASE("setup: a rank that fails after reaching the store makes the others fail with peer_lost, not wait for the deadline") {
+  const auto port = gsync_test::free_port();
+  std::vector<gsync::errc> err(2, gsync::errc{});
+  std::vector<std::string> msg(2);
+  std::vector<std::chrono::steady_clock::duration> took(2);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      launch_info li;
+      li.rank = r;
+      li.size = 3;
+      li.master_port = port;
+      li.host_id = "lost-host-" + std::to_string(r);
+      li.job_key = "";
+      gsync::config cfg;
+      cfg.timeout = 30000ms;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        auto c = gsync::tcp_communicator::join(li, cfg);
+      } catch (const gsync::error& e) {
+        err[r] = e.kind();
+        msg[r] = e.what();
+      }
+      took[r] = std::chrono::steady_clock::now() - t0;
+    });
+  // "Rank 2": reaches the store, announces itself, then fails before connecting to anyone.
+  try {
+    gsync::bootstrap::store_client b("127.0.0.1", port, in(10000ms), gsync::bootstrap::auth::job_key{});
+    b.hello(2, in(2000ms));
+    std::this_thread::sleep_for(300ms);
+    throw std::runtime_error("rank 2 fails during set-up");
+  } catch (const std::runtime_error&) {
+  }
+  for (auto& t : th) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CAPTURE(msg[r]);
+    CHECK(err[r] == gsync::errc::peer_lost);
+    CHECK(msg[r].find("rank 2") != std::string::npos);
+    CHECK(took[r] < 10000ms);
+  }
+}

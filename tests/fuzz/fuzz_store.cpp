@@ -19,8 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     request r;
     std::string why;
     if (parse_request(frame, r, why)) {
-      if (r.cmd < cmd_set || r.cmd > cmd_check) __builtin_trap();
-      if (r.cmd != cmd_wait && r.keys.size() != 1) __builtin_trap();
+      if (r.cmd < cmd_set || r.cmd > cmd_bye) __builtin_trap();
+      const bool keyless = r.cmd == cmd_hello || r.cmd == cmd_bye;
+      if (keyless ? !r.keys.empty() : (r.cmd != cmd_wait && r.keys.size() != 1)) __builtin_trap();
+      if (r.cmd == cmd_hello && r.rank < 0) __builtin_trap();
       if (r.keys.size() > 65536) __builtin_trap();
     } else if (why.empty()) {
       __builtin_trap();  // a rejection must say why (it is logged)

@@ -16,6 +16,12 @@
 ///   add:  string key, i64 delta             -> ok i64 value
 ///   wait: u32 timeout_ms, u32 n, n x string -> ok | timeout
 ///   check: string key                       -> ok u8 exists
+///   hello: i32 rank                         -> ok          (this connection belongs to that rank)
+///   bye:   (empty)                          -> no reply    (the rank leaves normally)
+/// A rank whose connection closes without "bye" (killed, crashed, or unwinding after an error) is
+/// lost: the server records `gsync/lost` and answers every pending and later get / wait that is
+/// not satisfied yet with `lost` and the rank, so that no rank waits for a dead one until its
+/// deadline.
 /// The server accepts at most 16 MiB per request; a client that sends anything malformed is
 /// disconnected and logged, other clients carry on.
 ///
@@ -29,6 +35,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,8 +53,8 @@
 namespace gsync::bootstrap {
 
 namespace store_proto {
-enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5 };
-enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2 };
+enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5, cmd_hello = 6, cmd_bye = 7 };
+enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2, st_lost = 3 };
 inline constexpr std::uint32_t max_frame = 16u << 20;
 
 /// Appends a fixed-size integer.
@@ -85,6 +92,7 @@ struct request {
   std::vector<std::string> keys;    ///< set, add, check, get: one; wait: up to 65536
   std::string value;                ///< set
   std::int64_t delta = 0;           ///< add
+  std::int32_t rank = -1;           ///< hello
 };
 
 /// Decodes request frame `f` (command byte, then body). Returns false, with the reason in `why`,
@@ -116,6 +124,8 @@ inline bool parse_request(std::string_view f, request& r, std::string& why) {
     }
     case cmd_add: ok = key() && rd.get(r.delta); break;
     case cmd_check: ok = key(); break;
+    case cmd_hello: ok = rd.get(r.rank) && r.rank >= 0; break;
+    case cmd_bye: ok = true; break;
     default: why = "unknown command " + std::to_string(r.cmd); return false;
   }
   if (!ok) why = "malformed request (command " + std::to_string(r.cmd) + ")";
@@ -168,6 +178,8 @@ class store_server {
     std::unique_ptr<auth::server_handshake> hs;  // until the client has proved the key
     clock::time_point since{};                   // when it connected
     std::string from;                            // its address, for logs
+    int rank = -1;                               // announced by hello
+    bool left = false;                           // said bye
   };
   static constexpr auto handshake_limit = std::chrono::seconds(10);
   struct parked {
@@ -221,6 +233,7 @@ class store_server {
   }
   void read_from(client& c) {
     char buf[65536];
+    bool eof = false;  // requests that came before the EOF still count (a goodbye, typically)
     for (;;) {
       ssize_t r = ::recv(c.s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
       if (r > 0) {
@@ -228,11 +241,15 @@ class store_server {
         if (c.in.size() > store_proto::max_frame + 8) return drop(c, "oversized request");
         continue;
       }
-      if (r == 0) { c.dead = true; break; }
+      if (r == 0) { eof = true; break; }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
       break;
     }
+    process(c);
+    if (eof) c.dead = true;
+  }
+  void process(client& c) {
     if (!c.dead && c.hs) {
       const auto st = c.hs->feed(c.in, c.out);
       if (st == auth::server_handshake::state::failed) return drop(c, "connection from " + c.from + " rejected: " + c.hs->why());
@@ -251,7 +268,7 @@ class store_server {
       c.in.erase(0, 4 + std::size_t{len});
       handle(c, frame);
     }
-    if (!c.out.empty()) flush(c);
+    if (!c.dead && !c.out.empty()) flush(c);
   }
   void drop(client& c, const std::string& why) {
     log_.warn("store: dropping client connection: " + why);
@@ -268,6 +285,7 @@ class store_server {
     return true;
   }
   void answer(const parked& p) {
+    if (!lost_.empty() && !ready(p)) return reply(*p.c, store_proto::st_lost, lost_);
     if (p.cmd == store_proto::cmd_get) {
       std::string b;
       store_proto::put_str(b, kv_.at(p.keys[0]));
@@ -289,7 +307,7 @@ class store_server {
         return;
       case cmd_get: case cmd_wait: {
         parked p{&c, rq.cmd, std::move(rq.keys), clock::now() + std::chrono::milliseconds(rq.timeout_ms)};
-        if (ready(p)) answer(p);
+        if (ready(p) || !lost_.empty()) answer(p);
         else parked_.push_back(std::move(p));
         return;
       }
@@ -306,6 +324,13 @@ class store_server {
         wake_parked();
         return;
       }
+      case cmd_hello:
+        c.rank = rq.rank;
+        reply(c, st_ok);
+        return;
+      case cmd_bye:
+        c.left = true;
+        return;
       default: {  // cmd_check
         std::string b(1, kv_.count(rq.keys[0]) ? '\1' : '\0');
         reply(c, st_ok, b);
@@ -351,6 +376,18 @@ class store_server {
     for (auto& c : clients_)
       if (!c->dead && c->hs && now - c->since > handshake_limit)
         drop(*c, "connection from " + c->from + " did not authenticate within 10 s");
+    for (auto& c : clients_)
+      if (c->dead && c->rank >= 0 && !c->left && lost_.empty()) {
+        lost_ = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
+                "the process died, was killed, or failed)";
+        log_.warn("store: " + lost_);
+        kv_["gsync/lost"] = lost_;
+        for (auto& p : parked_)
+          if (!p.c->dead) answer(p);
+        parked_.clear();
+        for (auto& o : clients_)
+          if (!o->dead && !o->out.empty()) flush(*o);
+      }
     std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
     std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
   }
@@ -364,6 +401,7 @@ class store_server {
   std::vector<std::unique_ptr<client>> clients_;
   std::vector<parked> parked_;
   std::map<std::string, std::string> kv_;
+  std::string lost_;  // the first rank lost, once one is
   std::thread thread_;
 };
 
@@ -380,6 +418,26 @@ class store_client {
     s_.set_option(asio::ip::tcp::no_delay(true), ig);
     what_ = "the gsync store at " + host + ":" + std::to_string(port);
     auth::client_handshake(s_.native_handle(), key, dl, what_);
+  }
+
+  store_client(const store_client&) = delete;
+  store_client& operator=(const store_client&) = delete;
+  /// Says goodbye to the server when leaving normally; when destroyed during stack unwinding (this
+  /// rank failed), it closes without one, so that the server reports this rank as lost.
+  ~store_client() {
+    if (rank_ < 0 || broken_ || std::uncaught_exceptions() > 0) return;
+    std::string req;
+    store_proto::put<std::uint32_t>(req, 1);
+    req.push_back(static_cast<char>(store_proto::cmd_bye));
+    [[maybe_unused]] auto w = ::send(s_.native_handle(), req.data(), req.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  /// Tells the server that this connection belongs to `rank` (see the lost-rank rule above).
+  void hello(int rank, deadline dl) {
+    std::string b;
+    store_proto::put<std::int32_t>(b, rank);
+    call(store_proto::cmd_hello, b, dl);
+    rank_ = rank;
   }
 
   /// Sets key to value.
@@ -450,6 +508,8 @@ class store_client {
       if (len == 0 || len > store_proto::max_frame) throw error(errc::mismatch, "malformed reply from " + what_);
       std::string r(len, '\0');
       detail::read_all(fd, r.data(), len, reply_dl, what_);
+      if (r[0] == store_proto::st_lost)
+        throw error(errc::peer_lost, "store: " + r.substr(1) + (doing.empty() ? std::string{} : " (this rank was " + doing + ")"));
       if (r[0] == store_proto::st_timeout)
         throw error(errc::timeout, "store: timed out " + (doing.empty() ? std::string("in a store call") : doing));
       if (r[0] != store_proto::st_ok) throw error(errc::mismatch, "store rejected a request");
@@ -465,6 +525,7 @@ class store_client {
   std::string what_;
   std::mutex m_;
   bool broken_ = false;
+  int rank_ = -1;
 };
 
 }  // namespace gsync::bootstrap

@@ -112,6 +112,7 @@ class tcp {
       server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
     }
     store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
+    store_->hello(rank_, dl);  // from here on, if this rank dies the others hear of it from the store
     const auto me = bootstrap::pick_listen_address(io_, master);
     listen(me);
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
@@ -318,7 +319,18 @@ class tcp {
     int missing = size_ - 1 - rank_;
     while (missing > 0) {
       auto s = std::make_unique<asio::ip::tcp::socket>(io_);
-      if (!detail::accept_until(acc_, *s, dl)) {
+      // Wait in slices, asking the store between them whether a rank was lost: a rank that died
+      // before connecting must not keep this one waiting until the setup deadline.
+      bool got = false;
+      while (!got) {
+        const deadline slice = std::min(dl, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
+        got = detail::accept_until(acc_, *s, slice);
+        if (got || slice >= dl) break;
+        if (store_->check("gsync/lost", dl))
+          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " +
+                                           store_->get("gsync/lost", dl));
+      }
+      if (!got) {
         std::string who;
         for (int j = rank_ + 1; j < size_; ++j)
           if (!peers_[j].s) who += (who.empty() ? "" : ", ") + std::to_string(j);
