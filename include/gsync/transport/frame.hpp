@@ -8,6 +8,7 @@
 /// than mixing the bytes into the result.
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "gsync/core/concepts.hpp"
@@ -30,6 +31,14 @@ static_assert(sizeof(frame_header) == 24);
 /// The header a sender writes for message `id` of `bytes` bytes.
 inline frame_header make_header(message_id id, std::size_t bytes) {
   return frame_header{frame_magic, id.tag, id.seq, static_cast<std::uint64_t>(bytes)};
+}
+
+/// Name of the operation kind a wire tag belongs to, for logs (the tags are assigned in
+/// detail/collective.hpp: one per collective kind, point-to-point above 2^31).
+inline std::string tag_kind(std::uint32_t tag) {
+  static constexpr const char* kinds[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "barrier"};
+  if (tag >= 0x80000000u) return "send/recv (tag " + std::to_string(tag - 0x80000000u) + ")";
+  return tag < std::size(kinds) ? kinds[tag] : "tag " + std::to_string(tag);
 }
 
 /// Throws `errc::mismatch` unless `h` is the frame the receiver expects.

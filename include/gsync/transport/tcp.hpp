@@ -73,6 +73,8 @@ namespace gsync::transport {
 /// Tunables of the TCP transport.
 struct tcp_options {
   int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets
+  /// Seconds an operation may wait before this rank logs a stall report (GSYNC_STALL_WARN_S; 0: never).
+  int stall_warn_s = 60;
   /// TCP_CONGESTION of data sockets (GSYNC_TCP_CONGESTION; "default" or empty: the system's).
   std::string congestion = "cubic";
   std::size_t staging_bytes = 256 << 10;      ///< recv_stream staging buffer
@@ -105,6 +107,7 @@ class tcp {
       if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
       opt_.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
     }
+    if (auto w = detail::env_int("GSYNC_STALL_WARN_S", 0, 1000000)) opt_.stall_warn_s = static_cast<int>(*w);
     if (auto c = detail::env("GSYNC_TCP_CONGESTION")) opt_.congestion = (*c == "default") ? std::string{} : *c;
     auto master = detail::resolve_host(io_, li.master_addr);
     if (rank_ == 0) {
@@ -705,6 +708,7 @@ class tcp {
   // polled; shared-memory rings are checked between polls (see file comment). May return early
   // (the caller re-checks and calls again).
   void wait_progress(int in_peer, deadline dl, message_id id) {
+    stall_check(in_peer, id);
     const bool in_shm = in_peer >= 0 && peers_[in_peer].shm;
     if (shm_progress(in_peer)) return;
     const bool sock_in = in_peer >= 0 && !in_shm;
@@ -736,7 +740,8 @@ class tcp {
         if (r == 0 && shm_wait && shm_progress(in_peer)) return;
       } while (r == 0 && std::chrono::steady_clock::now() < until);
     }
-    if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), shm_wait ? std::min(1, detail::ms_left(dl)) : detail::ms_left(dl));
+    // Block at most a second at a time, so that stall_check runs while an operation hangs.
+    if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), shm_wait ? std::min(1, detail::ms_left(dl)) : std::min(1000, detail::ms_left(dl)));
     if (r < 0) {
       if (errno == EINTR) return;
       fail(errc::system, "poll: " + detail::errno_text(errno));
@@ -751,6 +756,61 @@ class tcp {
     }
     for (std::size_t i = 0; i < pfds_.size(); ++i)
       if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q.empty()) pump(pidx_[i]);
+  }
+
+  // Stall report. An operation that has waited GSYNC_STALL_WARN_S / 2 publishes "gsync/stall/R" =
+  // its op number in the store (silently); at GSYNC_STALL_WARN_S it logs, once, what it waits for
+  // and which ranks have not reached its op according to the store: a rank with no record, or one
+  // stalled at an earlier op, is the one to look at. Nothing is sent while operations progress.
+  void stall_check(int in_peer, message_id id) {
+    if (id.seq == 0 || opt_.stall_warn_s <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (id.seq != stall_.seq || id.tag != stall_.tag) {
+      if (stall_.stage > 0) {  // the stalled op finished: withdraw its record (best effort)
+        try {
+          store_->set("gsync/stall/" + std::to_string(rank_), "0", now + std::chrono::seconds(2));
+        } catch (const error&) {
+        }
+      }
+      stall_ = stall_state{id.tag, id.seq, now, 0};
+      return;
+    }
+    const auto waited = now - stall_.since;
+    const auto warn = std::chrono::seconds(opt_.stall_warn_s);
+    if (stall_.stage == 0 && waited >= warn / 2) {
+      stall_.stage = 1;
+      try {
+        store_->set("gsync/stall/" + std::to_string(rank_), std::to_string(id.seq), now + std::chrono::seconds(2));
+      } catch (const error&) {
+      }
+    }
+    if (stall_.stage != 1 || waited < warn) return;
+    stall_.stage = 2;
+    std::string msg = "rank " + std::to_string(rank_) + ": op #" + std::to_string(id.seq) + " (" + tag_kind(id.tag) + ") has waited " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
+                      (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
+    try {
+      const deadline sdl = now + std::chrono::seconds(2);
+      std::string behind, waiting;
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        const std::string key = "gsync/stall/" + std::to_string(j);
+        if (!store_->check(key, sdl)) {
+          behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
+          continue;
+        }
+        const auto at = std::stoull(store_->get(key, sdl));
+        if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
+        else if (at < id.seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
+        else waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
+      }
+      msg += behind.empty() ? "; every other rank has reached it and is waiting too (a lost message or a dead link?)"
+                            : "; ranks that have not reached op #" + std::to_string(id.seq) + ": " + behind;
+      if (!waiting.empty()) msg += "; waiting at or after it: " + waiting;
+    } catch (const std::exception& e) {
+      msg += std::string("; the store could not be asked which ranks are behind: ") + e.what();
+    }
+    log_.warn(msg);
   }
 
   void check(const frame_header& h, message_id id, std::size_t n, int peer) {
@@ -793,6 +853,12 @@ class tcp {
   logger log_;
   bootstrap::auth::job_key key_;  // launch_info::job_key or GSYNC_JOB_KEY (bootstrap/auth.hpp)
   bool cc_warned_ = false;
+  struct stall_state {
+    std::uint32_t tag = 0;
+    std::uint64_t seq = 0;
+    std::chrono::steady_clock::time_point since{};
+    int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
+  } stall_;
   tcp_options opt_;
   asio::io_context io_;
   asio::ip::tcp::acceptor acc_;

@@ -1,0 +1,68 @@
+// Stall reports (GSYNC_STALL_WARN_S): a rank that waits too long logs what it waits for and which
+// ranks have not reached its operation, learned through the store.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "support/world.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+// Sends this process's stderr (fd 2) to a file while alive; text() reads what was written.
+struct stderr_capture {
+  std::string path = "/tmp/gsync_stall_test_" + std::to_string(::getpid()) + ".log";
+  int saved = -1;
+  stderr_capture() {
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    REQUIRE(fd >= 0);
+    saved = ::dup(2);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  void stop() {
+    if (saved >= 0) {
+      ::dup2(saved, 2);
+      ::close(saved);
+      saved = -1;
+    }
+  }
+  std::string text() {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  ~stderr_capture() {
+    stop();
+    ::unlink(path.c_str());
+  }
+};
+}  // namespace
+
+TEST_CASE("stall report: the waiting ranks name the rank that has not reached the operation") {
+  ::setenv("GSYNC_STALL_WARN_S", "1", 1);
+  std::string log;
+  {
+    stderr_capture cap;
+    gsync_test::run_tcp(3, [](auto& comm, auto&) {
+      std::vector<float> v(64, 1.0f);
+      gsync::allreduce(comm, std::span<float>{v});  // op #1: everyone
+      if (comm.rank() == 2) std::this_thread::sleep_for(2500ms);  // "hangs" outside gsync
+      gsync::allreduce(comm, std::span<float>{v});  // op #2: ranks 0 and 1 wait for rank 2
+      CHECK(v[0] == 9.0f);
+    });
+    cap.stop();
+    log = cap.text();
+  }
+  ::unsetenv("GSYNC_STALL_WARN_S");
+  CAPTURE(log);
+  CHECK(log.find("op #2 (allreduce) has waited") != std::string::npos);
+  CHECK(log.find("ranks that have not reached op #2: 2 (no record") != std::string::npos);
+  CHECK(log.find("[gsync rank 2] WARN: rank 2: op #2") == std::string::npos);  // the late rank itself did not stall
+}
