@@ -244,7 +244,11 @@ TEST_CASE("setup: a rank that fails after reaching the store makes the others fa
     CAPTURE(r);
     CAPTURE(msg[r]);
     CHECK(err[r] == gsync::errc::peer_lost);
-    CHECK(msg[r].find("rank 2") != std::string::npos);
+    // Rank 0 serves the store and always names rank 2. Rank 1 names rank 2 when it learns of it
+    // from the store, or rank 0 when rank 0 (which gave up first, taking the store with it) is
+    // what it saw vanish.
+    if (r == 0) CHECK(msg[r].find("rank 2") != std::string::npos);
+    else CHECK((msg[r].find("rank 2") != std::string::npos || msg[r].find("rank 0") != std::string::npos));
     CHECK(took[r] < 10000ms);
   }
 }

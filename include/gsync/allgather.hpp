@@ -14,6 +14,7 @@
 /// chooses the algorithm; algo/ring.hpp runs the schedule over core/primitives.hpp. No scratch:
 /// blocks go straight into place in the output.
 
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -22,6 +23,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -35,9 +37,10 @@ void run_allgather(communicator<X>& comm, message_id id, const T* in, T* out, st
   Algo::allgather(p);
 }
 
+/// Runs allgather number `seq` (assigned at issue) on `comm`.
 template <class Algo, class X, class T>
-void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const message_id id{tag_allgather, comm.next_seq()};
+void allgather_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_allgather, seq};
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_allgather(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_allgather);
@@ -51,6 +54,25 @@ void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
   }
 }
 
+/// Checks allgather arguments (sizes, the only in-place form).
+template <class X, class T>
+void check_allgather(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
+  const std::size_t n = static_cast<std::size_t>(comm.size()), c = in.size();
+  check_size("allgather", "output", out.size(), n * c, "world size x input elements");
+  const bool in_place = static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + comm.rank() * c);
+  if (!in_place && overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    invalid("allgather", "input and output overlap, but the input is not block " + std::to_string(comm.rank()) +
+                             " of the output (the only in-place form)");
+}
+
+/// Numbers an allgather and runs it (inline, or behind pending asynchronous operations).
+template <class Algo, class X, class T>
+void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) allgather_run<Algo>(comm, seq, in, out, c);  // the common case: no closure, no hop
+  else comm.run_queued("allgather", [=](communicator<X>& x) { allgather_run<Algo>(x, seq, in, out, c); });
+}
+
 }  // namespace detail
 
 /// Allgather: out[b*c + i] = in[i] of rank b, with c = in.size() and out.size() = N*c on every
@@ -60,13 +82,20 @@ void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
 /// \tparam X transport of the communicator. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-  const std::size_t n = static_cast<std::size_t>(comm.size()), c = in.size();
-  detail::check_size("allgather", "output", out.size(), n * c, "world size x input elements");
-  const bool in_place = static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + comm.rank() * c);
-  if (!in_place && detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-    detail::invalid("allgather", "input and output overlap, but the input is not block " + std::to_string(comm.rank()) +
-                                     " of the output (the only in-place form)");
-  detail::allgather_impl<Algo>(comm, in.data(), out.data(), c);
+  detail::check_allgather<X, T>(comm, in, out);
+  detail::allgather_impl<Algo>(comm, in.data(), out.data(), in.size());
+}
+
+/// Asynchronous allgather: same arguments and checks (thrown here), queued on the progress
+/// engine. `in` and `out` must stay alive and untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request allgather_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+  detail::check_allgather<X, T>(comm, in, out);
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("allgather", [=, i = in.data(), o = out.data(), c = in.size()](communicator<X>& x) {
+    detail::allgather_run<Algo>(x, seq, i, o, c);
+  });
 }
 
 }  // namespace gsync

@@ -10,6 +10,10 @@
 ///   gsync::allreduce<gsync::algo::ring>(comm, std::span<double>{w}, gsync::op::max{});
 /// \endcode
 ///
+/// `gsync::allreduce_async` (same arguments) queues the operation on the communicator's progress
+/// engine and returns a `gsync::request` (see async.hpp); the synchronous call is the same
+/// operation run inline (or queued and waited for when asynchronous work is pending).
+///
 /// The call path, top to bottom: this file checks arguments and numbers the operation;
 /// algo/select.hpp turns runtime facts into an algorithm type; the algorithm (algo/ring.hpp) runs
 /// its schedule over primitives (core/primitives.hpp), which move bytes through the transport
@@ -19,6 +23,7 @@
 /// only scratch is fixed per communicator: the TCP transport's 256 KiB staging buffer and the
 /// communicator's 256 KiB scratch buffer (used by recursive doubling).
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -29,6 +34,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/primitives.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -41,9 +47,10 @@ void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, st
   Algo::allreduce(p);
 }
 
+/// Runs allreduce number `seq` (assigned at issue by comm.next_seq()) on `comm`.
 template <class Algo, class X, class T, class Op>
-void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  const message_id id{tag_allreduce, comm.next_seq()};
+void allreduce_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t count, const Op& op) {
+  const message_id id{tag_allreduce, seq};
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo,
@@ -62,6 +69,32 @@ void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t coun
   }
 }
 
+/// Numbers an allreduce and runs it: inline, or queued behind pending asynchronous operations.
+template <class Algo, class X, class T, class Op>
+void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) allreduce_run<Algo>(comm, seq, in, out, count, op);  // the common case: no closure, no hop
+  else comm.run_queued("allreduce", [=](communicator<X>& x) { allreduce_run<Algo>(x, seq, in, out, count, op); });
+}
+
+/// Numbers an allreduce and queues it on the progress engine.
+template <class Algo, class X, class T, class Op>
+request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("allreduce", [=](communicator<X>& c) { allreduce_run<Algo>(c, seq, in, out, count, op); });
+}
+
+/// Checks out-of-place allreduce arguments: equal sizes, same buffer or no overlap.
+template <class T>
+void check_allreduce(std::span<const T> in, std::span<T> out) {
+  if (in.size() != out.size())
+    throw error(errc::invalid_argument, "allreduce: input has " + std::to_string(in.size()) + " elements but output has " +
+                                            std::to_string(out.size()));
+  if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
+      overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
+}
+
 }  // namespace detail
 
 /// Out-of-place allreduce: out[i] = op over ranks of in[i]. `in` and `out` have the same size on
@@ -71,12 +104,7 @@ void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t coun
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
-  if (in.size() != out.size())
-    throw error(errc::invalid_argument, "allreduce: input has " + std::to_string(in.size()) + " elements but output has " +
-                                            std::to_string(out.size()));
-  if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
-      detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-    throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
+  detail::check_allreduce<T>(in, out);
   detail::allreduce_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
 }
 
@@ -86,6 +114,26 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, std::span<T> data, Op op = {}) {
   detail::allreduce_impl<Algo>(comm, data.data(), data.data(), data.size(), op);
+}
+
+/// Asynchronous out-of-place allreduce: checks the arguments now (invalid_argument is thrown
+/// here, nothing queued), numbers the operation and queues it on the communicator's progress
+/// engine. `in` and `out` must stay alive and unchanged until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
+  detail::check_allreduce<T>(in, out);
+  return detail::allreduce_issue<Algo>(comm, in.data(), out.data(), out.size(), op);
+}
+
+/// Asynchronous in-place allreduce (see the out-of-place overload); `data` must stay alive and
+/// untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
+  return detail::allreduce_issue<Algo>(comm, data.data(), data.data(), data.size(), op);
 }
 
 }  // namespace gsync

@@ -12,6 +12,7 @@
 /// chooses the algorithm; algo/pairwise.hpp runs the schedule over core/primitives.hpp. No
 /// scratch. In place is not supported: input and output must not overlap.
 
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -20,6 +21,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -33,9 +35,10 @@ void run_alltoall(communicator<X>& comm, message_id id, const T* in, T* out, std
   Algo::alltoall(p);
 }
 
+/// Runs alltoall number `seq` (assigned at issue) on `comm`.
 template <class Algo, class X, class T>
-void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const message_id id{tag_alltoall, comm.next_seq()};
+void alltoall_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_alltoall, seq};
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_alltoall(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_alltoall);
@@ -49,6 +52,26 @@ void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
   }
 }
 
+/// Checks alltoall arguments (sizes, one block per rank, no overlap).
+template <class X, class T>
+void check_alltoall(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  check_size("alltoall", "output", out.size(), in.size(), "as many elements as the input");
+  if (in.size() % n != 0)
+    invalid("alltoall", "input has " + std::to_string(in.size()) + " elements, not a multiple of the world size " +
+                            std::to_string(n) + " (one block per rank)");
+  if (overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    invalid("alltoall", "input and output overlap (in-place alltoall is not supported)");
+}
+
+/// Numbers an alltoall and runs it (inline, or behind pending asynchronous operations).
+template <class Algo, class X, class T>
+void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) alltoall_run<Algo>(comm, seq, in, out, c);  // the common case: no closure, no hop
+  else comm.run_queued("alltoall", [=](communicator<X>& x) { alltoall_run<Algo>(x, seq, in, out, c); });
+}
+
 }  // namespace detail
 
 /// Alltoall: out[j*c + i] on rank r = in[r*c + i] on rank j, with in.size() = out.size() = N*c
@@ -57,14 +80,19 @@ void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
 /// \tparam X transport of the communicator. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-  const std::size_t n = static_cast<std::size_t>(comm.size());
-  detail::check_size("alltoall", "output", out.size(), in.size(), "as many elements as the input");
-  if (in.size() % n != 0)
-    detail::invalid("alltoall", "input has " + std::to_string(in.size()) + " elements, not a multiple of the world size " +
-                                    std::to_string(n) + " (one block per rank)");
-  if (detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-    detail::invalid("alltoall", "input and output overlap (in-place alltoall is not supported)");
-  detail::alltoall_impl<Algo>(comm, in.data(), out.data(), in.size() / n);
+  detail::check_alltoall<X, T>(comm, in, out);
+  detail::alltoall_impl<Algo>(comm, in.data(), out.data(), in.size() / static_cast<std::size_t>(comm.size()));
+}
+
+/// Asynchronous alltoall: same arguments and checks (thrown here), queued on the progress
+/// engine. `in` and `out` must stay alive and untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request alltoall_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+  detail::check_alltoall<X, T>(comm, in, out);
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("alltoall", [=, i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
+                                    communicator<X>& x) { detail::alltoall_run<Algo>(x, seq, i, o, c); });
 }
 
 }  // namespace gsync

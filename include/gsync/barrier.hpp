@@ -17,20 +17,41 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
+
+namespace detail {
+
+/// Runs barrier number `seq` (assigned at issue) on `comm`.
+template <class Algo, class X>
+void barrier_run(communicator<X>& comm, std::uint64_t seq) {
+  using A = std::conditional_t<std::is_same_v<Algo, algo::automatic>, algo::dissemination, Algo>;
+  const message_id id{tag_barrier, seq};
+  auto p = make_primitives<std::uint8_t>(comm, id, nullptr, nullptr, 0, op::sum{});
+  static_assert(barrier_algorithm<A, decltype(p)>, "this algorithm policy has no barrier schedule");
+  A::barrier(p);
+}
+
+}  // namespace detail
 
 /// Barrier: blocks until every rank of `comm` has entered it (deadline: the communicator's timeout).
 /// \tparam Algo algorithm policy (`algo::automatic` = `algo::dissemination`).
 /// \tparam X transport of the communicator.
 template <algorithm Algo = algo::automatic, transport_policy X>
 void barrier(communicator<X>& comm) {
-  using A = std::conditional_t<std::is_same_v<Algo, algo::automatic>, algo::dissemination, Algo>;
-  const message_id id{detail::tag_barrier, comm.next_seq()};
-  auto p = detail::make_primitives<std::uint8_t>(comm, id, nullptr, nullptr, 0, op::sum{});
-  static_assert(barrier_algorithm<A, decltype(p)>, "this algorithm policy has no barrier schedule");
-  A::barrier(p);
+  const std::uint64_t seq = comm.next_seq();
+  comm.execute("barrier", [seq](communicator<X>& c) { detail::barrier_run<Algo>(c, seq); });
+}
+
+/// Asynchronous barrier: the request finishes once every rank has entered the barrier (issued
+/// its matching barrier or barrier_async).
+/// \tparam Algo algorithm policy. \tparam X transport of the communicator.
+template <algorithm Algo = algo::automatic, transport_policy X>
+request barrier_async(communicator<X>& comm) {
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("barrier", [seq](communicator<X>& c) { detail::barrier_run<Algo>(c, seq); });
 }
 
 }  // namespace gsync

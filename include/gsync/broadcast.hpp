@@ -12,6 +12,7 @@
 /// algo/binomial_tree.hpp or algo/ring.hpp runs the schedule over core/primitives.hpp. No scratch:
 /// data is received straight into the buffer and forwarded from there.
 
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -20,6 +21,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -33,9 +35,10 @@ void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t co
   Algo::broadcast(p, root);
 }
 
+/// Runs broadcast number `seq` (assigned at issue) on `comm`.
 template <class Algo, class X, class T>
-void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
-  const message_id id{tag_broadcast, comm.next_seq()};
+void broadcast_run(communicator<X>& comm, std::uint64_t seq, T* data, std::size_t count, int root) {
+  const message_id id{tag_broadcast, seq};
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_broadcast(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_broadcast);
@@ -49,6 +52,14 @@ void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root)
   }
 }
 
+/// Numbers a broadcast and runs it (inline, or behind pending asynchronous operations).
+template <class Algo, class X, class T>
+void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) broadcast_run<Algo>(comm, seq, data, count, root);  // the common case: no closure, no hop
+  else comm.run_queued("broadcast", [=](communicator<X>& x) { broadcast_run<Algo>(x, seq, data, count, root); });
+}
+
 }  // namespace detail
 
 /// Broadcast: on return every rank's `data` equals the root's. `data` has the same size on every
@@ -59,6 +70,18 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void broadcast(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
   detail::broadcast_impl<Algo>(comm, data.data(), data.size(), root);
+}
+
+/// Asynchronous broadcast: same arguments and checks (thrown here), queued on the progress
+/// engine. `data` must stay alive and untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
+  detail::check_rank("broadcast", "root", root, comm.size());
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("broadcast", [=, d = data.data(), n = data.size()](communicator<X>& x) {
+    detail::broadcast_run<Algo>(x, seq, d, n, root);
+  });
 }
 
 }  // namespace gsync

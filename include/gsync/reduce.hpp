@@ -13,6 +13,7 @@
 /// algo/binomial_tree.hpp or algo/ring.hpp runs the schedule over core/primitives.hpp. Memory:
 /// the input is only read; non-root ranks keep partials in the communicator's fixed scratch.
 
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -21,6 +22,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -34,9 +36,10 @@ void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::
   Algo::reduce(p, root);
 }
 
+/// Runs reduce number `seq` (assigned at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
-void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  const message_id id{tag_reduce, comm.next_seq()};
+void reduce_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  const message_id id{tag_reduce, seq};
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_reduce(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_reduce);
@@ -48,6 +51,26 @@ void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, 
   } else {
     run_reduce<Algo>(comm, id, in, out, count, op, root);
   }
+}
+
+/// Checks reduce arguments (root; on the root, the output size and overlap).
+template <class X, class T>
+void check_reduce(const communicator<X>& comm, std::span<const T> in, std::span<T> out, int root) {
+  check_rank("reduce", "root", root, comm.size());
+  if (comm.rank() == root) {
+    check_size("reduce", "output", out.size(), in.size(), "on the root, the output has as many elements as the input");
+    if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
+        overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+      invalid("reduce", "input and output overlap partially (use the same buffer for in place)");
+  }
+}
+
+/// Numbers a reduce and runs it (inline, or behind pending asynchronous operations).
+template <class Algo, class X, class T, class Op>
+void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) reduce_run<Algo>(comm, seq, in, out, count, op, root);  // the common case: no closure, no hop
+  else comm.run_queued("reduce", [=](communicator<X>& x) { reduce_run<Algo>(x, seq, in, out, count, op, root); });
 }
 
 }  // namespace detail
@@ -62,14 +85,22 @@ void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, 
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void reduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}, int root = 0) {
-  detail::check_rank("reduce", "root", root, comm.size());
-  if (comm.rank() == root) {
-    detail::check_size("reduce", "output", out.size(), in.size(), "on the root, the output has as many elements as the input");
-    if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&
-        detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-      detail::invalid("reduce", "input and output overlap partially (use the same buffer for in place)");
-  }
+  detail::check_reduce<X, T>(comm, in, out, root);
   detail::reduce_impl<Algo>(comm, in.data(), out.data(), in.size(), op, root);
+}
+
+/// Asynchronous reduce: same arguments and checks (thrown here), queued on the progress engine.
+/// `in` and `out` must stay alive and untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {},
+                     int root = 0) {
+  detail::check_reduce<X, T>(comm, in, out, root);
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("reduce", [=, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x) {
+    detail::reduce_run<Algo>(x, seq, i, o, n, op, root);
+  });
 }
 
 }  // namespace gsync

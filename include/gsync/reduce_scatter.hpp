@@ -15,6 +15,7 @@
 /// input is only read (in place, only block r is written); partials travel through the
 /// communicator's fixed scratch, nothing is allocated per call.
 
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -23,6 +24,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
@@ -36,9 +38,10 @@ void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* ou
   Algo::reduce_scatter(p);
 }
 
+/// Runs reduce_scatter number `seq` (assigned at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
-void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
-  const message_id id{tag_reduce_scatter, comm.next_seq()};
+void reduce_scatter_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c, const Op& op) {
+  const message_id id{tag_reduce_scatter, seq};
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_reduce_scatter(c * sizeof(T), comm.size(), comm.segment_bytes(),
@@ -53,6 +56,25 @@ void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t
   }
 }
 
+/// Checks reduce_scatter arguments (sizes, the only in-place form).
+template <class X, class T>
+void check_reduce_scatter(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
+  const std::size_t n = static_cast<std::size_t>(comm.size()), c = out.size();
+  check_size("reduce_scatter", "input", in.size(), n * c, "world size x output elements");
+  const bool in_place = static_cast<const void*>(out.data()) == static_cast<const void*>(in.data() + comm.rank() * c);
+  if (!in_place && overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
+    invalid("reduce_scatter", "input and output overlap, but the output is not block " + std::to_string(comm.rank()) +
+                                  " of the input (the only in-place form)");
+}
+
+/// Numbers a reduce_scatter and runs it (inline, or behind pending asynchronous operations).
+template <class Algo, class X, class T, class Op>
+void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
+  const std::uint64_t seq = comm.next_seq();
+  if (comm.runs_inline()) reduce_scatter_run<Algo>(comm, seq, in, out, c, op);  // the common case: no closure, no hop
+  else comm.run_queued("reduce_scatter", [=](communicator<X>& x) { reduce_scatter_run<Algo>(x, seq, in, out, c, op); });
+}
+
 }  // namespace detail
 
 /// Reduce-scatter: out[i] = op over ranks of in[r*c + i] on rank r, with c = out.size() and
@@ -63,13 +85,21 @@ void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void reduce_scatter(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
-  const std::size_t n = static_cast<std::size_t>(comm.size()), c = out.size();
-  detail::check_size("reduce_scatter", "input", in.size(), n * c, "world size x output elements");
-  const bool in_place = static_cast<const void*>(out.data()) == static_cast<const void*>(in.data() + comm.rank() * c);
-  if (!in_place && detail::overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-    detail::invalid("reduce_scatter", "input and output overlap, but the output is not block " + std::to_string(comm.rank()) +
-                                          " of the input (the only in-place form)");
-  detail::reduce_scatter_impl<Algo>(comm, in.data(), out.data(), c, op);
+  detail::check_reduce_scatter<X, T>(comm, in, out);
+  detail::reduce_scatter_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
+}
+
+/// Asynchronous reduce_scatter: same arguments and checks (thrown here), queued on the progress
+/// engine. `in` and `out` must stay alive and untouched until the request finished.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
+  detail::check_reduce_scatter<X, T>(comm, in, out);
+  const std::uint64_t seq = comm.next_seq();
+  return comm.issue("reduce_scatter", [=, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x) {
+    detail::reduce_scatter_run<Algo>(x, seq, i, o, c, op);
+  });
 }
 
 }  // namespace gsync

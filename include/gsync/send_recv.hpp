@@ -16,6 +16,7 @@
 /// collectives, though, so both ranks must place a send/recv pair at the same point of their
 /// sequences of collectives involving each other.
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,9 +25,36 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 
 namespace gsync {
+
+namespace detail {
+
+/// Sends the p2p message numbered `seq` (assigned at issue) with user tag `tag` to `peer`.
+template <class X, class T>
+void send_run(communicator<X>& comm, std::uint64_t seq, const T* data, std::size_t n, int peer, int tag) {
+  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), seq};
+  auto p = make_primitives(comm, id, data, static_cast<T*>(nullptr), n, op::sum{});
+  p.send(peer, p.in({0, n}));
+  p.finish();
+}
+
+/// Receives the p2p message numbered `seq` (assigned at issue) with user tag `tag` from `peer`.
+template <class X, class T>
+void recv_run(communicator<X>& comm, std::uint64_t seq, T* data, std::size_t n, int peer, int tag) {
+  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), seq};
+  auto p = make_primitives(comm, id, static_cast<const T*>(data), data, n, op::sum{});
+  try {
+    p.recv(peer, p.out({0, n}));
+  } catch (const error& e) {
+    if (e.kind() != errc::mismatch) throw;
+    throw error(errc::mismatch, p2p_mismatch_message(e.what(), comm.rank(), peer, tag));
+  }
+}
+
+}  // namespace detail
 
 /// Sends `data` to rank `peer` with `tag`; returns when `data` may be reused (the bytes have left
 /// this rank's hands: in the kernel for TCP, taken by the receiver in process, so a send to a rank
@@ -38,10 +66,25 @@ template <transport_policy X, class U>
 void send(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
-  const message_id id{detail::tag_p2p | static_cast<std::uint32_t>(tag), comm.next_p2p_send_seq(peer)};
-  auto p = detail::make_primitives(comm, id, static_cast<const T*>(data.data()), static_cast<T*>(nullptr), data.size(), op::sum{});
-  p.send(peer, p.in({0, data.size()}));
-  p.finish();
+  const std::uint64_t seq = comm.next_p2p_send_seq(peer);
+  comm.execute("send", [seq, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::send_run(c, seq, d, n, peer, tag);
+  });
+}
+
+/// Asynchronous send: same arguments and checks (thrown here), queued on the progress engine;
+/// the request finishes when `data` may be reused (see `send`). `data` must stay alive and
+/// unchanged until then.
+/// \tparam X transport of the communicator. \tparam U element type, possibly const-qualified.
+template <transport_policy X, class U>
+  requires element<std::remove_const_t<U>>
+request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) {
+  using T = std::remove_const_t<U>;
+  detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  const std::uint64_t seq = comm.next_p2p_send_seq(peer);
+  return comm.issue("send", [seq, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::send_run(c, seq, d, n, peer, tag);
+  });
 }
 
 /// Receives the next message from rank `peer` into `data`, which must be exactly that message's
@@ -50,14 +93,22 @@ void send(communicator<X>& comm, std::span<U> data, int peer, int tag) {
 template <transport_policy X, element T>
 void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
-  const message_id id{detail::tag_p2p | static_cast<std::uint32_t>(tag), comm.next_p2p_recv_seq(peer)};
-  auto p = detail::make_primitives(comm, id, static_cast<const T*>(data.data()), data.data(), data.size(), op::sum{});
-  try {
-    p.recv(peer, p.out({0, data.size()}));
-  } catch (const error& e) {
-    if (e.kind() != errc::mismatch) throw;
-    throw error(errc::mismatch, detail::p2p_mismatch_message(e.what(), comm.rank(), peer, tag));
-  }
+  const std::uint64_t seq = comm.next_p2p_recv_seq(peer);
+  comm.execute("recv", [seq, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::recv_run(c, seq, d, n, peer, tag);
+  });
+}
+
+/// Asynchronous recv: same arguments and checks (thrown here), queued on the progress engine;
+/// `data` must stay alive and untouched until the request finished.
+/// \tparam X transport of the communicator. \tparam T element type.
+template <transport_policy X, element T>
+request recv_async(communicator<X>& comm, std::span<T> data, int peer, int tag) {
+  detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  const std::uint64_t seq = comm.next_p2p_recv_seq(peer);
+  return comm.issue("recv", [seq, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::recv_run(c, seq, d, n, peer, tag);
+  });
 }
 
 }  // namespace gsync

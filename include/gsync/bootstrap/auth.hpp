@@ -144,10 +144,11 @@ inline void client_handshake(int fd, const job_key& key, deadline dl, const std:
   try {
     detail::read_all(fd, c.data(), c.size(), dl, what);
   } catch (const error& e) {
-    // A server that rejects our proof or our hello closes the connection without a word.
+    // A server with another key is caught below (its proof does not match ours) before it can
+    // reject ours, so a close here means the other side went away (or is not a gsync endpoint).
     if (e.kind() == errc::peer_lost)
-      throw error(errc::auth_failed, "authentication with " + what + " failed: it closed the connection during the "
-                                     "handshake (a different GSYNC_JOB_KEY, or not a gsync endpoint)");
+      throw error(errc::peer_lost, what + " closed the connection during the authentication handshake (it exited, "
+                                   "failed, or is not a gsync endpoint)");
     throw;
   }
   nonce ns{};

@@ -416,7 +416,7 @@ class store_client {
     s_ = detail::connect_retry(io_, asio::ip::tcp::endpoint(addr, port), dl, "the gsync store (rank 0)");
     asio::error_code ig;
     s_.set_option(asio::ip::tcp::no_delay(true), ig);
-    what_ = "the gsync store at " + host + ":" + std::to_string(port);
+    what_ = "the gsync store (served by rank 0) at " + host + ":" + std::to_string(port);
     auth::client_handshake(s_.native_handle(), key, dl, what_);
   }
 

@@ -3,6 +3,20 @@
 /// `gsync::communicator<Transport>`: a group of ranks connected by a transport, plus the settings
 /// and state every collective needs (timeout, segment size, operation sequence number, logger).
 /// Movable, not copyable. Collectives are free functions taking a communicator (allreduce.hpp).
+///
+/// Asynchronous operations (async.hpp) run on the communicator's progress engine
+/// (core/progress_engine.hpp), a thread created on the first asynchronous call. `execute` runs a
+/// synchronous operation inline when the engine is idle (or absent) and otherwise queues it behind
+/// the pending ones and waits; `issue` queues an asynchronous one and returns its request.
+///
+/// Thread safety: one user thread issues operations on a communicator (collectives, *_async,
+/// submit, setters, move, destruction), as NCCL and MPI_THREAD_FUNNELED require; the engine thread
+/// is internal; requests may be tested and waited on from any thread.
+///
+/// Operation numbers are assigned at issue, on the issuing thread, so that issue order is wire
+/// order on every rank. Operations issued inside a `submit()` job (on the engine thread) are
+/// numbered from separate counters (values from 2^63): a collective run inside a job must be run
+/// inside a job on every rank, and a send inside a job must meet a recv inside a job.
 
 #include <chrono>
 #include <memory>
@@ -18,6 +32,8 @@
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/core/progress_engine.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 
 namespace gsync {
@@ -50,10 +66,27 @@ class communicator {
     return communicator(std::move(x), std::move(cfg), li.local_rank);
   }
 
-  communicator(communicator&&) noexcept = default;
-  communicator& operator=(communicator&&) noexcept = default;
+  /// Moves the communicator. If asynchronous work is pending, waits until it has finished first
+  /// (every operation ends by its deadline), so no queued job ever sees the moved-from object.
+  communicator(communicator&& o) noexcept {
+    o.quiesce();
+    take(o);
+  }
+  /// Stops this communicator's engine (as the destructor), then moves `o` in as the move constructor.
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      stop_engine();
+      o.quiesce();
+      take(o);
+    }
+    return *this;
+  }
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
+  /// Lets queued asynchronous work finish (for at most the timeout; what is still queued then
+  /// fails with `errc::aborted`), joins the engine thread, then closes the transport. Requests
+  /// that outlive the communicator stay valid. Must not run inside one of its own submit() jobs.
+  ~communicator() { stop_engine(); }
 
   int rank() const noexcept { return x_->rank(); }      ///< this rank, 0 <= rank < size
   int size() const noexcept { return x_->size(); }      ///< number of ranks
@@ -61,16 +94,20 @@ class communicator {
 
   /// Deadline length of every blocking wait.
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
-  /// Sets the deadline length of every later blocking wait (must be positive).
+  /// Sets the deadline length of every later blocking wait (must be positive). Waits until pending
+  /// asynchronous operations have finished (they read the settings while they run).
   void set_timeout(std::chrono::milliseconds t) {
     if (t.count() <= 0) throw error(errc::invalid_argument, "set_timeout: timeout must be positive");
+    quiesce();
     cfg_.timeout = t;
   }
   /// Pipelining unit of segmented schedules, in bytes.
   std::size_t segment_bytes() const noexcept { return cfg_.segment_bytes; }
   /// Sets the pipelining unit (>= 1 byte; tiny values force many segments, which tests use).
+  /// Waits until pending asynchronous operations have finished.
   void set_segment_bytes(std::size_t b) {
     if (b == 0) throw error(errc::invalid_argument, "set_segment_bytes: must be at least 1");
+    quiesce();
     cfg_.segment_bytes = b;
   }
   /// Settings in force.
@@ -86,30 +123,125 @@ class communicator {
   /// This rank's logger.
   const logger& log() const noexcept { return log_; }
 
-  /// Starts a new operation: its sequence number (identical on every rank that issues the same
-  /// sequence of collectives) and its deadline.
-  std::uint64_t next_seq() noexcept { return ++seq_; }
+  /// Numbers a new collective operation (identical on every rank that issues the same sequence
+  /// of collectives). Called at issue, on the issuing thread; inside a submit() job (on the
+  /// engine thread) the numbers come from the jobs' own counter (from 2^63).
+  std::uint64_t next_seq() noexcept {
+    if (in_job()) return in_job_bit | ++job_seq_;
+    return ++seq_;
+  }
   /// Numbers the next point-to-point message this rank sends to `peer` (1, 2, ...). Point-to-point
   /// traffic involves two ranks only, so it never advances the collective sequence (`next_seq`).
   /// \param peer a valid rank other than this one.
-  std::uint64_t next_p2p_send_seq(int peer) { return ++p2p_seq(peer).sent; }
+  std::uint64_t next_p2p_send_seq(int peer) {
+    if (in_job()) return in_job_bit | ++p2p_seq(job_p2p_, peer).sent;
+    return ++p2p_seq(p2p_, peer).sent;
+  }
   /// Numbers the next point-to-point message this rank expects from `peer` (1, 2, ...): the n-th
   /// recv from a peer matches that peer's n-th send to this rank.
-  std::uint64_t next_p2p_recv_seq(int peer) { return ++p2p_seq(peer).received; }
+  std::uint64_t next_p2p_recv_seq(int peer) {
+    if (in_job()) return in_job_bit | ++p2p_seq(job_p2p_, peer).received;
+    return ++p2p_seq(p2p_, peer).received;
+  }
   /// Deadline for an operation starting now.
   deadline make_deadline() const { return std::chrono::steady_clock::now() + cfg_.timeout; }
 
   /// True the first time a collective shape is seen (used to log algorithm choices once per shape).
   bool first_time(const std::string& shape) { return logged_shapes_.insert(shape).second; }
 
+  /// Runs a synchronous operation `f(*this)` (the operation already numbered): inline on this
+  /// thread when no asynchronous work is queued or running, or when called inside a submit() job
+  /// (no thread hop, no allocation); otherwise queues it behind the pending operations and waits
+  /// for it. After a failure of queued work, throws the "communicator broken" error.
+  /// \tparam F a callable `void(communicator&)`; copied when queued, so it must not capture the
+  /// caller's locals by reference. \param what the operation's name, for messages.
+  template <class F>
+  void execute(const char* what, F&& f) {
+    if (runs_inline()) f(*this);
+    else run_queued(what, std::forward<F>(f));
+  }
+
+  /// True when a synchronous operation may run inline now: no engine, or an idle one, or the
+  /// caller is inside a submit() job. Throws the "communicator broken" error after a failure of
+  /// queued work (except inside a job).
+  bool runs_inline() const {
+    if (!engine_ || engine_->on_engine_thread()) return true;
+    if (engine_->broken()) engine_->throw_broken();
+    return engine_->idle();
+  }
+
+  /// Queues a synchronous operation `f(*this)` behind the pending ones and waits for it (the slow
+  /// path of `execute`). \tparam F a callable `void(communicator&)`. \param what the name.
+  template <class F>
+  void run_queued(const char* what, F&& f) {
+    request r = issue(what, std::forward<F>(f));
+    r.wait();
+  }
+
+  /// Issues an asynchronous operation `f(*this)` (already numbered) and returns its request: it
+  /// runs on the engine after every operation issued before it. On a broken communicator the
+  /// request is already finished with the "communicator broken" error; inside a submit() job the
+  /// operation runs at once (still in issue order) and the request is finished on return.
+  /// \tparam F a callable `void(communicator&)`, copied into the queue. \param what the name.
+  template <class F>
+  request issue(const char* what, F&& f) {
+    auto& e = engine();
+    if (e.broken())
+      return request(std::make_shared<detail::finished_op>(e.shared(), what, std::make_exception_ptr(e.shared()->broken_error())));
+    auto op = e.make_op(what, cfg_.timeout, [g = std::forward<F>(f)](void* owner) mutable {
+      g(*static_cast<communicator*>(owner));
+    });
+    if (e.on_engine_thread()) e.run_inline(*op, this);
+    else e.enqueue(op);
+    return request(std::move(op));
+  }
+
+  /// The progress engine, created (without a thread yet) on first use.
+  detail::progress_engine& engine() {
+    if (!engine_) engine_ = std::make_unique<detail::progress_engine>(this);
+    return *engine_;
+  }
+  /// True once an asynchronous operation failed (or a wait on one timed out): every later
+  /// operation then fails with "communicator broken by an earlier failure: ...".
+  bool broken() const noexcept { return engine_ && engine_->broken(); }
+
  private:
+  static constexpr std::uint64_t in_job_bit = std::uint64_t{1} << 63;  // numbers of operations inside jobs
+
   struct p2p_counters {
     std::uint64_t sent = 0;
     std::uint64_t received = 0;
   };
-  p2p_counters& p2p_seq(int peer) {
-    if (p2p_.empty()) p2p_.resize(static_cast<std::size_t>(size()));  // once per communicator
-    return p2p_[static_cast<std::size_t>(peer)];
+  p2p_counters& p2p_seq(std::vector<p2p_counters>& v, int peer) {
+    if (v.empty()) v.resize(static_cast<std::size_t>(size()));  // once per communicator
+    return v[static_cast<std::size_t>(peer)];
+  }
+  bool in_job() const noexcept { return engine_ && engine_->on_engine_thread(); }
+
+  // Waits until no asynchronous work is pending (bounded per operation by its deadline).
+  void quiesce() noexcept {
+    if (engine_) engine_->wait_idle(cfg_.timeout);
+  }
+  void stop_engine() noexcept {
+    if (engine_) {
+      engine_->shutdown(cfg_.timeout);
+      engine_.reset();
+    }
+  }
+  // Member-wise move from an idle `o`; the engine (if any) then looks this object up.
+  void take(communicator& o) noexcept {
+    x_ = std::move(o.x_);
+    cfg_ = std::move(o.cfg_);
+    log_ = o.log_;
+    local_rank_ = o.local_rank_;
+    seq_ = o.seq_;
+    job_seq_ = o.job_seq_;
+    p2p_ = std::move(o.p2p_);
+    job_p2p_ = std::move(o.job_p2p_);
+    logged_shapes_ = std::move(o.logged_shapes_);
+    scratch_ = std::move(o.scratch_);
+    engine_ = std::move(o.engine_);
+    if (engine_) engine_->rebind(this);
   }
 
   std::unique_ptr<X> x_;
@@ -117,9 +249,12 @@ class communicator {
   logger log_;
   int local_rank_ = 0;
   std::uint64_t seq_ = 0;
-  std::vector<p2p_counters> p2p_;  // per peer, for send/recv
+  std::uint64_t job_seq_ = 0;          // collectives inside submit() jobs (engine thread only)
+  std::vector<p2p_counters> p2p_;      // per peer, for send/recv
+  std::vector<p2p_counters> job_p2p_;  // per peer, for send/recv inside submit() jobs
   std::set<std::string> logged_shapes_;
   detail::aligned_bytes scratch_;
+  std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call
 };
 
 }  // namespace gsync

@@ -128,8 +128,17 @@ class tcp {
               ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
               std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
     peers_.resize(static_cast<std::size_t>(size_));
-    connect_lower(dl);
-    accept_higher(dl);
+    try {
+      connect_lower(dl);
+      accept_higher(dl);
+    } catch (const error& e) {
+      // A peer that vanished mid-handshake may itself have failed because another rank was lost
+      // first: report that root cause when the store knows it.
+      if (e.kind() == errc::timeout || e.kind() == errc::peer_lost)
+        if (auto lost = lost_rank(); !lost.empty() && std::string_view(e.what()).find(lost) == std::string_view::npos)
+          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
+      throw;
+    }
     acc_.close();
     setup_shm(li, dl);
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
@@ -287,6 +296,16 @@ class tcp {
     if (!ec) acc_.listen(std::max(64, size_), ec);
     if (ec) throw error(errc::system, "rank " + std::to_string(rank_) + ": cannot listen on " + addr.to_string() + ": " + ec.message());
     acc_.non_blocking(true);
+  }
+
+  // The store's record of the first rank lost, or "" (none, or the store is gone too).
+  std::string lost_rank() {
+    try {
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      if (store_->check("gsync/lost", d)) return store_->get("gsync/lost", d);
+    } catch (const error&) {
+    }
+    return {};
   }
 
   // Socket options of a data connection; a congestion control the kernel refuses is logged once.

@@ -1,0 +1,159 @@
+#pragma once
+/// \file
+/// Blockwise int8 quantization of float32 data, with nearest or stochastic rounding, and the
+/// counter-based random numbers that stochastic rounding draws.
+///
+/// A block of n float values x is sent as one float32 scale and n int8 values:
+///   amax  = max |x_i|,  scale = amax / 127,  q_i = round(x_i * 127 / amax) in [-127, 127],
+///   D(q)_i = q_i * scale.
+/// `round` is either to nearest (ties to even) or stochastic: q_i = floor(v_i + u_i) with u_i
+/// uniform in [0, 1), so that E[q_i] = v_i (unbiased; see `quantize_block`).
+///
+/// Special blocks (decided once per block, never per element):
+///   * a block holding a NaN or an Inf gets scale = NaN and all q_i = 0, so every dequantized
+///     value of the block is NaN: a non-finite gradient is never silently turned into a number,
+///     and a NaN detector downstream sees it. A residual (error feedback) of such a block is
+///     reset to zero instead of becoming NaN forever;
+///   * a block with amax < 2^-100 (zero, or far below any useful gradient) gets scale = 0 and
+///     all q_i = 0 (so 127/amax never overflows to Inf); with error feedback the residual keeps
+///     the values.
+///
+/// Every loop is a plain loop over contiguous floats without per-element branches (the max is
+/// taken on the integer bit patterns of |x|, which order like the values and also reveal
+/// non-finite values; rounding uses a magic-number add or an exact integer floor), so it
+/// vectorizes. The results are bitwise reproducible on every rank of one build. Compile without
+/// -ffast-math (the nearest-rounding trick `(v + 1.5*2^23) - 1.5*2^23` must not be reassociated).
+///
+/// Random numbers: `counter_rng` is splitmix64 (a 64-bit add-xorshift-multiply mix) applied to
+/// key + counter; the key mixes a user seed, the rank, the step and a stage number, and the
+/// counter is the element index, so a draw depends only on (seed, rank, step, stage, index) and
+/// never on threads, call order or chunking.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace gsync::grad {
+
+/// How a scaled value is rounded to an integer level.
+enum class rounding {
+  nearest,     ///< to nearest, ties to even: deterministic, error <= scale/2
+  stochastic,  ///< floor(v + u), u uniform in [0, 1): unbiased, error < scale
+};
+
+/// The splitmix64 mixing function: a bijection of 64-bit words whose outputs for consecutive
+/// inputs pass standard statistical tests.
+[[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t z) noexcept {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Counter-based random stream: `bits(i)` is a pure function of (key, i).
+struct counter_rng {
+  std::uint64_t key = 0;  ///< identifies the stream
+
+  /// The stream of one (seed, rank, step, stage): stage numbers the quantizations within one
+  /// step (0 = a rank's own contribution, 1 = the owner's re-quantization of a reduced chunk).
+  [[nodiscard]] static constexpr counter_rng make(std::uint64_t seed, int rank, std::uint64_t step, unsigned stage) noexcept {
+    std::uint64_t k = splitmix64(seed);
+    k = splitmix64(k ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
+    k = splitmix64(k ^ step);
+    k = splitmix64(k ^ stage);
+    return counter_rng{k};
+  }
+  /// 64 random bits for counter `i`.
+  [[nodiscard]] constexpr std::uint64_t bits(std::uint64_t i) const noexcept {
+    return splitmix64(key + i * 0xD1B54A32D192ED03ull);
+  }
+  /// A uniform float in [0, 1) with 24 random bits, for counter `i`.
+  [[nodiscard]] constexpr float uniform(std::uint64_t i) const noexcept {
+    return static_cast<float>(static_cast<std::uint32_t>(bits(i) >> 40)) * 0x1p-24f;
+  }
+};
+
+/// Scale and reciprocal of one block (see the file comment for the special cases).
+struct block_scale {
+  float scale = 0;    ///< amax / 127 (0 for a negligible block, NaN for a non-finite one)
+  float inverse = 0;  ///< 127 / amax (0 for a negligible or non-finite block)
+  bool finite = true; ///< false when the block holds a NaN or an Inf
+};
+
+/// Blocks whose max |x| is below this are sent as zeros (2^-100).
+inline constexpr float negligible_amax = 0x1p-100f;
+
+/// Computes the scale of the `n` values at `x`.
+[[nodiscard]] inline block_scale scale_of(const float* x, std::size_t n) noexcept {
+  // For non-negative floats, the bit patterns order like the values, and every pattern >= Inf's
+  // is Inf or NaN: one integer max finds both amax and non-finite values.
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t a = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  if (m >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f, false};
+  const float amax = std::bit_cast<float>(m);
+  if (amax < negligible_amax) return {0.0f, 0.0f, true};
+  return {amax / 127.0f, 127.0f / amax, true};
+}
+
+/// Quantizes `n` values at `x` with scale `s` into `q`. `rng` and `first` (the counter of x[0])
+/// are used only for stochastic rounding. A non-finite block gets all zeros.
+///
+/// Nearest: v = clamp(x * inverse, -127, 127), q = v rounded to nearest even (|x - q*scale| <=
+/// scale/2 up to float rounding of the scale, a few 1e-5 relative). Stochastic: q = floor(v + u)
+/// with u = uniform(first + i); E[q] = v up to the 2^-24 granularity of u and the rounding of
+/// v + u (below 2^-17 absolute), and |x - q*scale| < scale.
+inline void quantize_block(const float* x, std::size_t n, const block_scale& s, std::int8_t* q, rounding mode,
+                           counter_rng rng, std::uint64_t first) noexcept {
+  const float inv = s.inverse;
+  if (!s.finite) {
+    for (std::size_t i = 0; i < n; ++i) q[i] = 0;
+    return;
+  }
+  if (mode == rounding::nearest) {
+    constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = (x[i] * inv + magic) - magic;  // |x * inv| <= 127 up to rounding
+      std::int32_t k = static_cast<std::int32_t>(v);
+      k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loop branch-free
+      k = k > 127 ? 127 : k;
+      q[i] = static_cast<std::int8_t>(k);
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float t = x[i] * inv + rng.uniform(first + i);  // in [-127, 128) up to rounding
+      std::int32_t k = static_cast<std::int32_t>(t);        // truncation toward zero ...
+      k -= static_cast<float>(k) > t ? 1 : 0;               // ... corrected to floor for negatives
+      k = k < -127 ? -127 : k;
+      k = k > 127 ? 127 : k;  // t may round up to 128.0f
+      q[i] = static_cast<std::int8_t>(k);
+    }
+  }
+}
+
+/// out[i] = q[i] * scale for `n` values (NaN everywhere for a non-finite block's NaN scale).
+inline void dequantize_block(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
+}
+
+/// acc[i] += q[i] * scale for `n` values.
+inline void dequantize_add_block(const std::int8_t* q, std::size_t n, float scale, float* acc) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += static_cast<float>(q[i]) * scale;
+}
+
+/// Error feedback after quantizing: `e` holds e = g + r on entry (the value that was quantized)
+/// and the new residual r = e - D(q) on return; zero for a non-finite block.
+inline void update_residual(float* e, const std::int8_t* q, std::size_t n, const block_scale& s) noexcept {
+  if (!s.finite) {
+    for (std::size_t i = 0; i < n; ++i) e[i] = 0.0f;
+    return;
+  }
+  const float scale = s.scale;
+  for (std::size_t i = 0; i < n; ++i) e[i] = e[i] - static_cast<float>(q[i]) * scale;
+}
+
+}  // namespace gsync::grad
