@@ -27,7 +27,8 @@
 # Ranks. `run` starts rank h*L + l in host h with GSYNC_RANK, GSYNC_WORLD_SIZE, GSYNC_LOCAL_RANK=l,
 # GSYNC_LOCAL_WORLD_SIZE=L, GSYNC_MASTER_ADDR (host 0), GSYNC_MASTER_PORT (a free port),
 # GSYNC_SOCKET_IFNAME (the host's veth) and GSYNC_HOST_ID (nc<ID>-host<h>, the same for ranks of one
-# fake host: all namespaces share one kernel, so a library cannot tell the hosts apart by itself).
+# fake host: all namespaces share one kernel, so a library cannot tell the hosts apart by itself),
+# and GSYNC_JOB_KEY (a random secret per run unless set).
 # Every output line is prefixed with "[rank] " as gsyncrun does. When a rank fails, the others get
 # --grace-s seconds to notice on their own (gsync raises peer_lost), then SIGTERM, then SIGKILL;
 # the exit status is that of the first rank that failed.
@@ -441,12 +442,15 @@ cmd_run() {
   # pipes are found and stopped when the rank itself has exited.
   local -a session=()
   if command -v setsid >/dev/null; then session=(setsid); fi
+  # A secret per job, as gsyncrun does (gsync authenticates every connection with it); one already
+  # in the environment is kept.
+  local key=${GSYNC_JOB_KEY:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
   for ((r = 0; r < world; r++)); do
     h=$((r / L)) l=$((r % L))
     local -a rank_cmd=("${session[@]}" ip netns exec "$(ns_host "$id" "$h")" env "${clean[@]}"
       "GSYNC_RANK=$r" "GSYNC_WORLD_SIZE=$world" "GSYNC_LOCAL_RANK=$l" "GSYNC_LOCAL_WORLD_SIZE=$L"
       GSYNC_MASTER_ADDR="$master" GSYNC_MASTER_PORT="$port" GSYNC_SOCKET_IFNAME="$(if_host "$id" "$h")"
-      GSYNC_HOST_ID="nc$id-host$h" NETCLUSTER_ID="$id" NETCLUSTER_HOST="$h" "$@")
+      GSYNC_HOST_ID="nc$id-host$h" GSYNC_JOB_KEY="$key" NETCLUSTER_ID="$id" NETCLUSTER_HOST="$h" "$@")
     (
       set +e
       # On Ctrl-C (SIGINT to the whole foreground group) the main shell stops the programs; this

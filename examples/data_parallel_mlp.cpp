@@ -25,7 +25,8 @@
 // JSON (written by rank 0): {"world_size", "steps", "batch", "accum", "wire", "loss": [per step],
 // "final_loss" (mean loss over a fixed evaluation set after the last step), "bytes_on_wire" (total
 // bytes rank 0 sent for gradient synchronization), "comm_ratio" (exposed communication / step time),
-// "step_time_ms" (mean), "skipped_steps"}.
+// "step_time_ms" (mean), "comm_time_ms" (mean per step: the progress engine's time in the step's
+// collectives), "exposed_ms" (mean per step: time blocked in finish()), "skipped_steps"}.
 
 #include <chrono>
 #include <cmath>
@@ -413,6 +414,8 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
       for (std::size_t i = 0; i < losses.size(); ++i) f << (i ? ", " : "") << fmt(losses[i]);
       f << "], \"final_loss\": " << fmt(final_loss) << ", \"bytes_on_wire\": " << tot.bytes_on_wire()
         << ", \"comm_ratio\": " << fmt(tot.comm_ratio()) << ", \"step_time_ms\": " << fmt(step_ms)
+        << ", \"comm_time_ms\": " << fmt(1e3 * tot.comm_time().count() / o.steps)
+        << ", \"exposed_ms\": " << fmt(1e3 * tot.exposed_time().count() / o.steps)
         << ", \"skipped_steps\": " << (sync.scaler() ? sync.scaler()->skipped_steps() : 0) << "}\n";
     }
     if (!o.compare.empty()) {

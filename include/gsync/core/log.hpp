@@ -1,13 +1,22 @@
 #pragma once
 /// \file
-/// Debug logging to stderr: `GSYNC_DEBUG=WARN|INFO|TRACE` (default WARN), one line per message with
-/// a `[gsync rank R]` prefix, written with a single write(2) so lines of concurrent ranks and threads
-/// do not interleave.
+/// Debug logging: `GSYNC_DEBUG=WARN|INFO|TRACE` (default WARN), one line per message with a
+/// `[gsync rank R]` prefix, written with a single write(2) so lines of concurrent ranks and threads
+/// do not interleave. To stderr, or with `GSYNC_DEBUG_FILE=path` to one file per rank: `%r` in the
+/// path becomes the rank, `%h` the host name, `%p` the process id; a path without `%r` gets
+/// `.<rank>` appended. Files are opened for appending on a rank's first message; if one cannot be
+/// opened, that rank logs to stderr and says why once.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +46,43 @@ inline log_level log_level_from_env() {
   return lvl;
 }
 
+/// The descriptor rank `rank`'s messages go to: 2 (stderr), or its GSYNC_DEBUG_FILE (see file comment).
+inline int log_fd(int rank) {
+  static const std::optional<std::string> tmpl = env("GSYNC_DEBUG_FILE");
+  if (!tmpl || tmpl->empty()) return 2;
+  static std::mutex m;
+  static std::map<int, int> fds;
+  std::lock_guard lk(m);
+  if (auto it = fds.find(rank); it != fds.end()) return it->second;
+  std::string path;
+  const std::string r = rank >= 0 ? std::to_string(rank) : "x";
+  bool has_rank = false;
+  for (std::size_t i = 0; i < tmpl->size(); ++i) {
+    const char c = (*tmpl)[i];
+    if (c == '%' && i + 1 < tmpl->size()) {
+      const char k = (*tmpl)[++i];
+      if (k == 'r') { path += r; has_rank = true; }
+      else if (k == 'p') path += std::to_string(::getpid());
+      else if (k == 'h') {
+        char h[256] = {};
+        ::gethostname(h, sizeof h - 1);
+        path += h;
+      } else { path += '%'; path += k; }
+    } else {
+      path += c;
+    }
+  }
+  if (!has_rank) path += "." + r;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const std::string w = "[gsync] WARN: cannot open GSYNC_DEBUG_FILE " + path + ": " + std::strerror(errno) + "; logging to stderr\n";
+    [[maybe_unused]] auto n = ::write(2, w.data(), w.size());
+    fd = 2;
+  }
+  fds[rank] = fd;
+  return fd;
+}
+
 }  // namespace detail
 
 /// A rank-prefixed logger. Cheap to copy; checks the level before formatting.
@@ -56,7 +102,7 @@ class logger {
     line += ": ";
     line += msg;
     line += '\n';
-    [[maybe_unused]] auto r = ::write(2, line.data(), line.size());
+    [[maybe_unused]] auto r = ::write(detail::log_fd(rank_), line.data(), line.size());
   }
   void warn(std::string_view m) const { write(log_level::warn, m); }    ///< WARN message
   void info(std::string_view m) const { write(log_level::info, m); }    ///< INFO message
