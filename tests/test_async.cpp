@@ -17,6 +17,7 @@
 #include <gsync/async.hpp>
 
 #include "support/reference.hpp"
+#include "support/errors.hpp"
 #include "support/world.hpp"
 
 using namespace std::chrono_literals;
@@ -31,25 +32,8 @@ gsync::config test_config() {
   return c;
 }
 
-template <class F>
-gsync::errc kind_of(F f) {
-  try {
-    f();
-  } catch (const gsync::error& e) {
-    return e.kind();
-  }
-  return gsync::errc{};
-}
-
-template <class F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const gsync::error& e) {
-    return e.what();
-  }
-  return "";
-}
+using gsync_test::kind_of;
+using gsync_test::message_of;
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

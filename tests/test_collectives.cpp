@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "support/reference.hpp"
+#include "support/errors.hpp"
 #include "support/world.hpp"
 
 using namespace std::chrono_literals;
@@ -29,25 +30,8 @@ void on_both(int n, F f) {
   SUBCASE("tcp") { gsync_test::run_tcp(n, f, short_config()); }
 }
 
-template <class F>
-gsync::errc kind_of(F f) {
-  try {
-    f();
-  } catch (const gsync::error& e) {
-    return e.kind();
-  }
-  return gsync::errc{};
-}
-
-template <class F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const gsync::error& e) {
-    return e.what();
-  }
-  return "";
-}
+using gsync_test::kind_of;
+using gsync_test::message_of;
 
 // Message i of the p2p conversation: (tag, elements).
 struct p2p_msg {
