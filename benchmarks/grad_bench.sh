@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rate=1000 steps=6 batch=8 build=build out=benchmarks/results/grad loopback=0
-model=(--dim 512 --hidden 2048 --layers 7 --classes 10)
+model=(--dim 512 --hidden 2048 --layers 7 --classes 10 --lr 0.005)
 while [ $# -gt 0 ]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
@@ -63,7 +63,7 @@ r = {n: json.load(open(f"{out}/raw/{n}.json")) for n in names}
 base = r["f32"]
 lines = ["# Gradient synchronization of the data-parallel example, 4 ranks", "",
          f"- where: {where}",
-         f"- model: data_parallel_mlp --dim 512 --hidden 2048 --layers 7 (about 26M float32 parameters), "
+         f"- model: data_parallel_mlp --dim 512 --hidden 2048 --layers 7 --lr 0.005 (about 26M float32 parameters), "
          f"per-rank batch {batch}, {steps} steps, seed 1",
          f"- date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, gsync "
          f"{subprocess.run(['git','rev-parse','--short','HEAD'],capture_output=True,text=True).stdout.strip()}",
