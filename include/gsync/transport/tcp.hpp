@@ -102,6 +102,15 @@ class tcp {
       : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
     const deadline dl = std::chrono::steady_clock::now() + timeout;
     key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+    // Every setting is read and checked before any connection: a bad value fails every rank the
+    // same way, at once, rather than the first one to reach it while the others wait for it.
+    if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
+    if (auto b = detail::env("GSYNC_SHM_BYTES")) {
+      auto v = detail::parse_size(*b);
+      if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
+        throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
+      opt_.shm_ring_bytes = *v;
+    }
     if (auto b = detail::env("GSYNC_SOCKET_BUFFER")) {
       auto v = detail::parse_size(*b);
       if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
@@ -399,13 +408,6 @@ class tcp {
     const std::vector<int>& local = topo_.ranks_on(topo_.host_of(rank_));
     local_size_ = static_cast<int>(local.size());
     auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
-    if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
-    if (auto b = detail::env("GSYNC_SHM_BYTES")) {
-      auto v = detail::parse_size(*b);
-      if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
-        throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
-      opt_.shm_ring_bytes = *v;
-    }
     std::string rec = "-";
     if (opt_.shm && local.size() > 1) {
       char nb[96];
