@@ -32,15 +32,17 @@ namespace detail {
 
 template <class Algo, class X, class T>
 void run_allgather(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, in, out, c, op::sum{});
   static_assert(allgather_algorithm<Algo, decltype(p)>, "this algorithm policy has no allgather schedule");
   Algo::allgather(p);
 }
 
-/// Runs allgather number `seq` (assigned at issue) on `comm`.
+/// Runs allgather ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T>
-void allgather_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c) {
-  const message_id id{tag_allgather, seq};
+void allgather_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_allgather, tk.seq, make_fingerprint<T>(c, 0, -1)};
+  op_scope scope(comm, "allgather", tk, id);
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_allgather(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_allgather);
@@ -68,9 +70,9 @@ void check_allgather(const communicator<X>& comm, std::span<const T> in, std::sp
 /// Numbers an allgather and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) allgather_run<Algo>(comm, seq, in, out, c);  // the common case: no closure, no hop
-  else comm.run_queued("allgather", [=](communicator<X>& x) { allgather_run<Algo>(x, seq, in, out, c); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) allgather_run<Algo>(comm, tk, in, out, c);  // the common case: no closure, no hop
+  else comm.run_queued("allgather", [=](communicator<X>& x) { allgather_run<Algo>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -92,9 +94,9 @@ void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request allgather_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_allgather<X, T>(comm, in, out);
-  const std::uint64_t seq = comm.next_seq();
+  const op_ticket tk = comm.next_op();
   return comm.issue("allgather", [=, i = in.data(), o = out.data(), c = in.size()](communicator<X>& x) {
-    detail::allgather_run<Algo>(x, seq, i, o, c);
+    detail::allgather_run<Algo>(x, tk, i, o, c);
   });
 }
 

@@ -43,14 +43,16 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, in, out, count, op);
   Algo::allreduce(p);
 }
 
-/// Runs allreduce number `seq` (assigned at issue by comm.next_seq()) on `comm`.
+/// Runs allreduce ticket `tk` (numbered at issue by comm.next_op()) on `comm`.
 template <class Algo, class X, class T, class Op>
-void allreduce_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t count, const Op& op) {
-  const message_id id{tag_allreduce, seq};
+void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op) {
+  const message_id id{tag_allreduce, tk.seq, make_fingerprint<T>(count, op_code(op_name<Op>()), -1)};
+  op_scope scope(comm, "allreduce", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo,
@@ -72,16 +74,16 @@ void allreduce_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out
 /// Numbers an allreduce and runs it: inline, or queued behind pending asynchronous operations.
 template <class Algo, class X, class T, class Op>
 void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) allreduce_run<Algo>(comm, seq, in, out, count, op);  // the common case: no closure, no hop
-  else comm.run_queued("allreduce", [=](communicator<X>& x) { allreduce_run<Algo>(x, seq, in, out, count, op); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) allreduce_run<Algo>(comm, tk, in, out, count, op);  // the common case: no closure, no hop
+  else comm.run_queued("allreduce", [=](communicator<X>& x) { allreduce_run<Algo>(x, tk, in, out, count, op); });
 }
 
 /// Numbers an allreduce and queues it on the progress engine.
 template <class Algo, class X, class T, class Op>
 request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  const std::uint64_t seq = comm.next_seq();
-  return comm.issue("allreduce", [=](communicator<X>& c) { allreduce_run<Algo>(c, seq, in, out, count, op); });
+  const op_ticket tk = comm.next_op();
+  return comm.issue("allreduce", [=](communicator<X>& c) { allreduce_run<Algo>(c, tk, in, out, count, op); });
 }
 
 /// Checks out-of-place allreduce arguments: equal sizes, same buffer or no overlap.

@@ -30,15 +30,17 @@ namespace detail {
 
 template <class Algo, class X, class T>
 void run_alltoall(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, in, out, c, op::sum{});
   static_assert(alltoall_algorithm<Algo, decltype(p)>, "this algorithm policy has no alltoall schedule");
   Algo::alltoall(p);
 }
 
-/// Runs alltoall number `seq` (assigned at issue) on `comm`.
+/// Runs alltoall ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T>
-void alltoall_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c) {
-  const message_id id{tag_alltoall, seq};
+void alltoall_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c) {
+  const message_id id{tag_alltoall, tk.seq, make_fingerprint<T>(c, 0, -1)};
+  op_scope scope(comm, "alltoall", tk, id);
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_alltoall(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_alltoall);
@@ -67,9 +69,9 @@ void check_alltoall(const communicator<X>& comm, std::span<const T> in, std::spa
 /// Numbers an alltoall and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) alltoall_run<Algo>(comm, seq, in, out, c);  // the common case: no closure, no hop
-  else comm.run_queued("alltoall", [=](communicator<X>& x) { alltoall_run<Algo>(x, seq, in, out, c); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) alltoall_run<Algo>(comm, tk, in, out, c);  // the common case: no closure, no hop
+  else comm.run_queued("alltoall", [=](communicator<X>& x) { alltoall_run<Algo>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -90,9 +92,9 @@ void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request alltoall_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_alltoall<X, T>(comm, in, out);
-  const std::uint64_t seq = comm.next_seq();
+  const op_ticket tk = comm.next_op();
   return comm.issue("alltoall", [=, i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
-                                    communicator<X>& x) { detail::alltoall_run<Algo>(x, seq, i, o, c); });
+                                    communicator<X>& x) { detail::alltoall_run<Algo>(x, tk, i, o, c); });
 }
 
 }  // namespace gsync

@@ -24,11 +24,13 @@ namespace gsync {
 
 namespace detail {
 
-/// Runs barrier number `seq` (assigned at issue) on `comm`.
+/// Runs barrier ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X>
-void barrier_run(communicator<X>& comm, std::uint64_t seq) {
+void barrier_run(communicator<X>& comm, op_ticket tk) {
   using A = std::conditional_t<std::is_same_v<Algo, algo::automatic>, algo::dissemination, Algo>;
-  const message_id id{tag_barrier, seq};
+  message_id id{tag_barrier, tk.seq, make_fingerprint<void>(0)};
+  id.fp.algo = algo_code(A::name);
+  op_scope scope(comm, "barrier", tk, id);
   auto p = make_primitives<std::uint8_t>(comm, id, nullptr, nullptr, 0, op::sum{});
   static_assert(barrier_algorithm<A, decltype(p)>, "this algorithm policy has no barrier schedule");
   A::barrier(p);
@@ -41,8 +43,8 @@ void barrier_run(communicator<X>& comm, std::uint64_t seq) {
 /// \tparam X transport of the communicator.
 template <algorithm Algo = algo::automatic, transport_policy X>
 void barrier(communicator<X>& comm) {
-  const std::uint64_t seq = comm.next_seq();
-  comm.execute("barrier", [seq](communicator<X>& c) { detail::barrier_run<Algo>(c, seq); });
+  const op_ticket tk = comm.next_op();
+  comm.execute("barrier", [tk](communicator<X>& c) { detail::barrier_run<Algo>(c, tk); });
 }
 
 /// Asynchronous barrier: the request finishes once every rank has entered the barrier (issued
@@ -50,8 +52,8 @@ void barrier(communicator<X>& comm) {
 /// \tparam Algo algorithm policy. \tparam X transport of the communicator.
 template <algorithm Algo = algo::automatic, transport_policy X>
 request barrier_async(communicator<X>& comm) {
-  const std::uint64_t seq = comm.next_seq();
-  return comm.issue("barrier", [seq](communicator<X>& c) { detail::barrier_run<Algo>(c, seq); });
+  const op_ticket tk = comm.next_op();
+  return comm.issue("barrier", [tk](communicator<X>& c) { detail::barrier_run<Algo>(c, tk); });
 }
 
 }  // namespace gsync

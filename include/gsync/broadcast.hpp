@@ -30,15 +30,17 @@ namespace detail {
 
 template <class Algo, class X, class T>
 void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t count, int root) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, data, data, count, op::sum{});
   static_assert(broadcast_algorithm<Algo, decltype(p)>, "this algorithm policy has no broadcast schedule");
   Algo::broadcast(p, root);
 }
 
-/// Runs broadcast number `seq` (assigned at issue) on `comm`.
+/// Runs broadcast ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T>
-void broadcast_run(communicator<X>& comm, std::uint64_t seq, T* data, std::size_t count, int root) {
-  const message_id id{tag_broadcast, seq};
+void broadcast_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t count, int root) {
+  const message_id id{tag_broadcast, tk.seq, make_fingerprint<T>(count, 0, root)};
+  op_scope scope(comm, "broadcast", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_broadcast(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_broadcast);
@@ -55,9 +57,9 @@ void broadcast_run(communicator<X>& comm, std::uint64_t seq, T* data, std::size_
 /// Numbers a broadcast and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) broadcast_run<Algo>(comm, seq, data, count, root);  // the common case: no closure, no hop
-  else comm.run_queued("broadcast", [=](communicator<X>& x) { broadcast_run<Algo>(x, seq, data, count, root); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) broadcast_run<Algo>(comm, tk, data, count, root);  // the common case: no closure, no hop
+  else comm.run_queued("broadcast", [=](communicator<X>& x) { broadcast_run<Algo>(x, tk, data, count, root); });
 }
 
 }  // namespace detail
@@ -78,9 +80,9 @@ void broadcast(communicator<X>& comm, std::span<T> data, int root) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
-  const std::uint64_t seq = comm.next_seq();
+  const op_ticket tk = comm.next_op();
   return comm.issue("broadcast", [=, d = data.data(), n = data.size()](communicator<X>& x) {
-    detail::broadcast_run<Algo>(x, seq, d, n, root);
+    detail::broadcast_run<Algo>(x, tk, d, n, root);
   });
 }
 

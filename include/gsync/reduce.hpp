@@ -31,15 +31,17 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, in, out, count, op);
   static_assert(rooted_reduce_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce schedule");
   Algo::reduce(p, root);
 }
 
-/// Runs reduce number `seq` (assigned at issue) on `comm`.
+/// Runs reduce ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
-void reduce_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  const message_id id{tag_reduce, seq};
+void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op, int root) {
+  const message_id id{tag_reduce, tk.seq, make_fingerprint<T>(count, op_code(op_name<Op>()), root)};
+  op_scope scope(comm, "reduce", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_reduce(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_reduce);
@@ -68,9 +70,9 @@ void check_reduce(const communicator<X>& comm, std::span<const T> in, std::span<
 /// Numbers a reduce and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T, class Op>
 void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) reduce_run<Algo>(comm, seq, in, out, count, op, root);  // the common case: no closure, no hop
-  else comm.run_queued("reduce", [=](communicator<X>& x) { reduce_run<Algo>(x, seq, in, out, count, op, root); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) reduce_run<Algo>(comm, tk, in, out, count, op, root);  // the common case: no closure, no hop
+  else comm.run_queued("reduce", [=](communicator<X>& x) { reduce_run<Algo>(x, tk, in, out, count, op, root); });
 }
 
 }  // namespace detail
@@ -97,9 +99,9 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
 request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {},
                      int root = 0) {
   detail::check_reduce<X, T>(comm, in, out, root);
-  const std::uint64_t seq = comm.next_seq();
+  const op_ticket tk = comm.next_op();
   return comm.issue("reduce", [=, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x) {
-    detail::reduce_run<Algo>(x, seq, i, o, n, op, root);
+    detail::reduce_run<Algo>(x, tk, i, o, n, op, root);
   });
 }
 

@@ -33,15 +33,17 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c, const Op& op) {
+  id.fp.algo = algo_code(Algo::name);
   auto p = make_primitives(comm, id, in, out, c, op);
   static_assert(reduce_scatter_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce_scatter schedule");
   Algo::reduce_scatter(p);
 }
 
-/// Runs reduce_scatter number `seq` (assigned at issue) on `comm`.
+/// Runs reduce_scatter ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
-void reduce_scatter_run(communicator<X>& comm, std::uint64_t seq, const T* in, T* out, std::size_t c, const Op& op) {
-  const message_id id{tag_reduce_scatter, seq};
+void reduce_scatter_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c, const Op& op) {
+  const message_id id{tag_reduce_scatter, tk.seq, make_fingerprint<T>(c, op_code(op_name<Op>()), -1)};
+  op_scope scope(comm, "reduce_scatter", tk, id);
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_reduce_scatter(c * sizeof(T), comm.size(), comm.segment_bytes(),
@@ -70,9 +72,9 @@ void check_reduce_scatter(const communicator<X>& comm, std::span<const T> in, st
 /// Numbers a reduce_scatter and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T, class Op>
 void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
-  const std::uint64_t seq = comm.next_seq();
-  if (comm.runs_inline()) reduce_scatter_run<Algo>(comm, seq, in, out, c, op);  // the common case: no closure, no hop
-  else comm.run_queued("reduce_scatter", [=](communicator<X>& x) { reduce_scatter_run<Algo>(x, seq, in, out, c, op); });
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) reduce_scatter_run<Algo>(comm, tk, in, out, c, op);  // the common case: no closure, no hop
+  else comm.run_queued("reduce_scatter", [=](communicator<X>& x) { reduce_scatter_run<Algo>(x, tk, in, out, c, op); });
 }
 
 }  // namespace detail
@@ -96,9 +98,9 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_reduce_scatter<X, T>(comm, in, out);
-  const std::uint64_t seq = comm.next_seq();
+  const op_ticket tk = comm.next_op();
   return comm.issue("reduce_scatter", [=, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x) {
-    detail::reduce_scatter_run<Algo>(x, seq, i, o, c, op);
+    detail::reduce_scatter_run<Algo>(x, tk, i, o, c, op);
   });
 }
 

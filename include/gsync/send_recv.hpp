@@ -32,26 +32,23 @@ namespace gsync {
 
 namespace detail {
 
-/// Sends the p2p message numbered `seq` (assigned at issue) with user tag `tag` to `peer`.
+/// Sends the p2p message of ticket `tk` (numbered at issue) with user tag `tag` to `peer`.
 template <class X, class T>
-void send_run(communicator<X>& comm, std::uint64_t seq, const T* data, std::size_t n, int peer, int tag) {
-  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), seq};
+void send_run(communicator<X>& comm, op_ticket tk, const T* data, std::size_t n, int peer, int tag) {
+  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq, make_fingerprint<T>(n)};
+  op_scope scope(comm, "send", tk, id);
   auto p = make_primitives(comm, id, data, static_cast<T*>(nullptr), n, op::sum{});
   p.send(peer, p.in({0, n}));
   p.finish();
 }
 
-/// Receives the p2p message numbered `seq` (assigned at issue) with user tag `tag` from `peer`.
+/// Receives the p2p message of ticket `tk` (numbered at issue) with user tag `tag` from `peer`.
 template <class X, class T>
-void recv_run(communicator<X>& comm, std::uint64_t seq, T* data, std::size_t n, int peer, int tag) {
-  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), seq};
+void recv_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t n, int peer, int tag) {
+  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq, make_fingerprint<T>(n)};
+  op_scope scope(comm, "recv", tk, id);
   auto p = make_primitives(comm, id, static_cast<const T*>(data), data, n, op::sum{});
-  try {
-    p.recv(peer, p.out({0, n}));
-  } catch (const error& e) {
-    if (e.kind() != errc::mismatch) throw;
-    throw error(errc::mismatch, p2p_mismatch_message(e.what(), comm.rank(), peer, tag));
-  }
+  p.recv(peer, p.out({0, n}));  // a send of another tag, type or size: mismatch naming both calls
 }
 
 }  // namespace detail
@@ -66,9 +63,9 @@ template <transport_policy X, class U>
 void send(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
-  const std::uint64_t seq = comm.next_p2p_send_seq(peer);
-  comm.execute("send", [seq, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::send_run(c, seq, d, n, peer, tag);
+  const op_ticket tk = comm.next_send_op(peer);
+  comm.execute("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::send_run(c, tk, d, n, peer, tag);
   });
 }
 
@@ -81,9 +78,9 @@ template <transport_policy X, class U>
 request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
-  const std::uint64_t seq = comm.next_p2p_send_seq(peer);
-  return comm.issue("send", [seq, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::send_run(c, seq, d, n, peer, tag);
+  const op_ticket tk = comm.next_send_op(peer);
+  return comm.issue("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::send_run(c, tk, d, n, peer, tag);
   });
 }
 
@@ -93,9 +90,9 @@ request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) 
 template <transport_policy X, element T>
 void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
-  const std::uint64_t seq = comm.next_p2p_recv_seq(peer);
-  comm.execute("recv", [seq, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::recv_run(c, seq, d, n, peer, tag);
+  const op_ticket tk = comm.next_recv_op(peer);
+  comm.execute("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::recv_run(c, tk, d, n, peer, tag);
   });
 }
 
@@ -105,9 +102,9 @@ void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
 template <transport_policy X, element T>
 request recv_async(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
-  const std::uint64_t seq = comm.next_p2p_recv_seq(peer);
-  return comm.issue("recv", [seq, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::recv_run(c, seq, d, n, peer, tag);
+  const op_ticket tk = comm.next_recv_op(peer);
+  return comm.issue("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
+    detail::recv_run(c, tk, d, n, peer, tag);
   });
 }
 

@@ -166,6 +166,13 @@ class store_server {
     ::close(wake_[0]);
     ::close(wake_[1]);
   }
+  /// Keeps serving until every rank's client has said goodbye or is gone, or until `dl`: the
+  /// process that hosts the store calls this before destroying it, so that ranks still setting
+  /// up, or looking up why a peer failed, are not cut off by an early exit of rank 0.
+  void linger(std::chrono::steady_clock::time_point dl) const {
+    while (active_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < dl)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   /// The port the server listens on.
   std::uint16_t port() const { return acc_.local_endpoint().port(); }
 
@@ -378,8 +385,13 @@ class store_server {
         drop(*c, "connection from " + c->from + " did not authenticate within 10 s");
     for (auto& c : clients_)
       if (c->dead && c->rank >= 0 && !c->left && lost_.empty()) {
-        lost_ = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
-                "the process died, was killed, or failed)";
+        // A rank that failed said why first (transport/tcp.hpp: "gsync/failed/R" = "<errc> <message>"):
+        // its message names the rank whose loss started it.
+        if (auto f = kv_.find("gsync/failed/" + std::to_string(c->rank)); f != kv_.end())
+          lost_ = "rank " + std::to_string(c->rank) + " failed: " + f->second.substr(std::min(f->second.size(), f->second.find(' ') + 1));
+        else
+          lost_ = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
+                  "the process died, was killed, or failed)";
         log_.warn("store: " + lost_);
         kv_["gsync/lost"] = lost_;
         for (auto& p : parked_)
@@ -390,6 +402,9 @@ class store_server {
       }
     std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
     std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
+    int active = 0;
+    for (auto& c : clients_) active += c->rank >= 0 && !c->left;
+    active_.store(active, std::memory_order_release);
   }
 
   asio::io_context io_;
@@ -398,6 +413,7 @@ class store_server {
   auth::job_key key_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
+  std::atomic<int> active_{1 << 30};  // connected ranks that have not said goodbye (1<<30: not counted yet)
   std::vector<std::unique_ptr<client>> clients_;
   std::vector<parked> parked_;
   std::map<std::string, std::string> kv_;

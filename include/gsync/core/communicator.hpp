@@ -13,12 +13,27 @@
 /// submit, setters, move, destruction), as NCCL and MPI_THREAD_FUNNELED require; the engine thread
 /// is internal; requests may be tested and waited on from any thread.
 ///
+/// Timeouts: every blocking wait of an operation ends at the timeout in force when the operation
+/// was issued: the communicator's (`set_timeout`, GSYNC_TIMEOUT_S), or a per-call one set for the
+/// calls issued while a `with_timeout` guard lives.
+///
+/// Abort: `abort(reason)` may be called from any thread (a watchdog, a signal-handling thread):
+/// the running operation fails at once with `errc::aborted`, queued and later ones fail without
+/// running, and the transport tells the peers (best effort), whose pending operations then fail
+/// naming this rank instead of waiting for their timeouts.
+///
+/// Observability: every operation is counted (`counters()`: calls, bytes, time and failures per
+/// kind) and, with `GSYNC_TRACE=path`, written as one span to a Chrome-trace timeline per rank
+/// (core/trace.hpp; `trace()` gives the writer, for spans of the user's own, such as steps).
+///
 /// Operation numbers are assigned at issue, on the issuing thread, so that issue order is wire
 /// order on every rank. Operations issued inside a `submit()` job (on the engine thread) are
 /// numbered from separate counters (values from 2^63): a collective run inside a job must be run
 /// inside a job on every rank, and a send inside a job must meet a recv inside a job.
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -30,13 +45,28 @@
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
+#include "gsync/core/counters.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/progress_engine.hpp"
 #include "gsync/core/request.hpp"
+#include "gsync/core/trace.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 
 namespace gsync {
+
+/// What an operation carries from issue to run: its number and the timeout in force at issue.
+struct op_ticket {
+  std::uint64_t seq = 0;                 ///< operation number (`communicator::next_seq`)
+  std::chrono::milliseconds timeout{0};  ///< deadline length of each of its waits
+};
+
+/// A transport that can be aborted from another thread (`x.abort(reason)`, thread-safe, noexcept).
+/// \tparam X a transport type.
+template <class X>
+concept abortable_transport = requires(X& x, const std::string& why) {
+  { x.abort(why) } noexcept;
+};
 
 /// A group of ranks over transport `X`.
 /// \tparam X a type satisfying `gsync::transport_policy`.
@@ -48,7 +78,8 @@ class communicator {
   /// Wraps an established transport endpoint.
   explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
       : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank),
-        scratch_(detail::make_aligned_bytes(scratch_bytes)) {}
+        scratch_(detail::make_aligned_bytes(scratch_bytes)), trace_(trace_writer::from_env(x_->rank())),
+        engine_(std::make_unique<detail::progress_engine>(this)) {}
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
   /// transports that can bootstrap themselves, such as TCP.
@@ -101,6 +132,56 @@ class communicator {
     quiesce();
     cfg_.timeout = t;
   }
+  /// Restores the previous per-call timeout when it goes out of scope (see `with_timeout`).
+  class timeout_guard {
+   public:
+    timeout_guard(const timeout_guard&) = delete;
+    timeout_guard& operator=(const timeout_guard&) = delete;
+    ~timeout_guard() { c_.call_timeout_ms_.store(prev_, std::memory_order_relaxed); }
+
+   private:
+    friend class communicator;
+    timeout_guard(communicator& c, std::int64_t prev) : c_(c), prev_(prev) {}
+    communicator& c_;
+    std::int64_t prev_;
+  };
+  /// Per-call timeout: operations issued on this communicator while the returned guard lives
+  /// (synchronous or asynchronous) use `t` instead of the communicator's timeout; the guard's end
+  /// restores the previous value (guards nest). Unlike `set_timeout`, it never waits for pending
+  /// work: operations issued earlier keep their own timeouts.
+  /// \code
+  ///   { auto g = comm.with_timeout(std::chrono::milliseconds(200)); gsync::barrier(comm); }
+  /// \endcode
+  [[nodiscard]] timeout_guard with_timeout(std::chrono::milliseconds t) {
+    if (t.count() <= 0) throw error(errc::invalid_argument, "with_timeout: timeout must be positive");
+    return timeout_guard(*this, call_timeout_ms_.exchange(t.count(), std::memory_order_relaxed));
+  }
+  /// The timeout an operation issued now gets: the innermost `with_timeout`, else the communicator's.
+  std::chrono::milliseconds issue_timeout() const noexcept {
+    const std::int64_t c = call_timeout_ms_.load(std::memory_order_relaxed);
+    return c > 0 ? std::chrono::milliseconds(c) : cfg_.timeout;
+  }
+
+  /// Aborts the communicator; callable from any thread, at any time until its destruction (not
+  /// concurrently with a move). The operation running now fails promptly with `errc::aborted`
+  /// naming `reason`, as does every queued and later one, on this rank; the transport also tells
+  /// the peers (best effort: they fail with `errc::aborted` naming this rank instead of waiting
+  /// for their timeouts). Idempotent; an aborted communicator can only be destroyed.
+  void abort(const std::string& reason = "aborted by the application") noexcept {
+    if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
+    std::string msg;
+    try {
+      msg = "rank " + std::to_string(x_ ? x_->rank() : -1) + ": communicator aborted: " + reason;
+    } catch (...) {
+    }
+    if (engine_) engine_->shared()->mark_broken(errc::aborted, msg);
+    if constexpr (abortable_transport<X>) {
+      if (x_) x_->abort(msg);
+    }
+  }
+  /// True once `abort` was called.
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
   /// Pipelining unit of segmented schedules, in bytes.
   std::size_t segment_bytes() const noexcept { return cfg_.segment_bytes; }
   /// Sets the pipelining unit (>= 1 byte; tiny values force many segments, which tests use).
@@ -120,6 +201,19 @@ class communicator {
   /// The scratch buffer, for schedules that must hold a whole incoming message before combining it.
   std::span<std::byte> scratch() noexcept { return {scratch_.get(), scratch_bytes}; }
 
+  /// Per-kind totals of the operations run on this communicator (safe to read from any thread).
+  const op_counters& counters() const noexcept { return counters_; }
+  /// The counters, for the operations' scopes to record into.
+  op_counters& counters() noexcept { return counters_; }
+  /// This rank's Chrome-trace writer (GSYNC_TRACE), or null: add spans of your own with
+  /// `gsync::trace_span s(comm.trace(), "step", "train");`.
+  trace_writer* trace() const noexcept { return trace_.get(); }
+  /// Replaces the trace writer (null: no timeline). Waits until pending asynchronous work has finished.
+  void set_trace(std::shared_ptr<trace_writer> w) {
+    quiesce();
+    trace_ = std::move(w);
+  }
+
   /// This rank's logger.
   const logger& log() const noexcept { return log_; }
 
@@ -130,6 +224,13 @@ class communicator {
     if (in_job()) return in_job_bit | ++job_seq_;
     return ++seq_;
   }
+  /// Numbers a new collective and records the timeout in force (see `next_seq`, `issue_timeout`).
+  op_ticket next_op() { return {next_seq(), issue_timeout()}; }
+  /// Numbers the next point-to-point message to `peer`, with the timeout in force.
+  op_ticket next_send_op(int peer) { return {next_p2p_send_seq(peer), issue_timeout()}; }
+  /// Numbers the next point-to-point message expected from `peer`, with the timeout in force.
+  op_ticket next_recv_op(int peer) { return {next_p2p_recv_seq(peer), issue_timeout()}; }
+
   /// Numbers the next point-to-point message this rank sends to `peer` (1, 2, ...). Point-to-point
   /// traffic involves two ranks only, so it never advances the collective sequence (`next_seq`).
   /// \param peer a valid rank other than this one.
@@ -143,8 +244,17 @@ class communicator {
     if (in_job()) return in_job_bit | ++p2p_seq(job_p2p_, peer).received;
     return ++p2p_seq(p2p_, peer).received;
   }
-  /// Deadline for an operation starting now.
-  deadline make_deadline() const { return std::chrono::steady_clock::now() + cfg_.timeout; }
+  /// Deadline for an operation starting now: the running operation's timeout (set by
+  /// `set_running_timeout` when it started), else the communicator's.
+  deadline make_deadline() const {
+    return std::chrono::steady_clock::now() + (running_timeout_.count() > 0 ? running_timeout_ : cfg_.timeout);
+  }
+  /// Sets the timeout of the operation that starts running on this thread now (0: none); the
+  /// operation's scope (detail::op_scope) resets it when it ends. Operations never run
+  /// concurrently on one communicator.
+  void set_running_timeout(std::chrono::milliseconds t) noexcept { running_timeout_ = t; }
+  /// The running operation's timeout (0 when none is running).
+  std::chrono::milliseconds running_timeout() const noexcept { return running_timeout_; }
 
   /// True the first time a collective shape is seen (used to log algorithm choices once per shape).
   bool first_time(const std::string& shape) { return logged_shapes_.insert(shape).second; }
@@ -165,7 +275,8 @@ class communicator {
   /// caller is inside a submit() job. Throws the "communicator broken" error after a failure of
   /// queued work (except inside a job).
   bool runs_inline() const {
-    if (!engine_ || engine_->on_engine_thread()) return true;
+    if (!engine_) throw error(errc::invalid_argument, "use of a moved-from communicator");
+    if (engine_->on_engine_thread()) return true;
     if (engine_->broken()) engine_->throw_broken();
     return engine_->idle();
   }
@@ -188,7 +299,7 @@ class communicator {
     auto& e = engine();
     if (e.broken())
       return request(std::make_shared<detail::finished_op>(e.shared(), what, std::make_exception_ptr(e.shared()->broken_error())));
-    auto op = e.make_op(what, cfg_.timeout, [g = std::forward<F>(f)](void* owner) mutable {
+    auto op = e.make_op(what, issue_timeout(), [g = std::forward<F>(f)](void* owner) mutable {
       g(*static_cast<communicator*>(owner));
     });
     if (e.on_engine_thread()) e.run_inline(*op, this);
@@ -239,7 +350,12 @@ class communicator {
     p2p_ = std::move(o.p2p_);
     job_p2p_ = std::move(o.job_p2p_);
     logged_shapes_ = std::move(o.logged_shapes_);
+    call_timeout_ms_.store(o.call_timeout_ms_.load());
+    running_timeout_ = o.running_timeout_;
+    aborted_.store(o.aborted_.load());
     scratch_ = std::move(o.scratch_);
+    counters_ = o.counters_;
+    trace_ = std::move(o.trace_);
     engine_ = std::move(o.engine_);
     if (engine_) engine_->rebind(this);
   }
@@ -253,7 +369,12 @@ class communicator {
   std::vector<p2p_counters> p2p_;      // per peer, for send/recv
   std::vector<p2p_counters> job_p2p_;  // per peer, for send/recv inside submit() jobs
   std::set<std::string> logged_shapes_;
+  std::atomic<std::int64_t> call_timeout_ms_{0};   // with_timeout (0: none); read at issue
+  std::chrono::milliseconds running_timeout_{0};   // the running operation's (0: none)
+  std::atomic<bool> aborted_{false};
   detail::aligned_bytes scratch_;
+  op_counters counters_;
+  std::shared_ptr<trace_writer> trace_;
   std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call
 };
 

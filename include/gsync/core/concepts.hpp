@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "gsync/core/dtype.hpp"
+#include "gsync/core/fingerprint.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/function_ref.hpp"
 
@@ -41,9 +42,12 @@ concept finalizing_op = reduction_op<Op, T> && requires(const Op& op, accum_t<T>
 
 /// Identifies one message on the wire: the receiver states what it expects and the transport checks
 /// the frame it gets against it, so out-of-order or wrong-size traffic is an error, never mixed data.
+/// The fingerprint (core/fingerprint.hpp) is what the issuing rank passed to the call; a receiver
+/// whose own differs raises `errc::mismatch` naming both calls.
 struct message_id {
   std::uint32_t tag = 0;  ///< collective kind or user tag
   std::uint64_t seq = 0;  ///< the communicator's operation sequence number
+  fingerprint fp{};       ///< the call's element type, count, operator, root and algorithm
 };
 
 /// Absolute deadline of a blocking wait.

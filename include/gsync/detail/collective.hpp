@@ -5,8 +5,10 @@
 /// the primitives object of one operation. Non-templated where nothing touches elements.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -72,35 +74,6 @@ inline void check_p2p(std::string_view what, int peer, int tag, int self, int wo
   if (tag < 0) invalid(what, "tag " + std::to_string(tag) + " is negative (tags are 0..2147483647)");
 }
 
-/// Rewrites a transport mismatch raised by a point-to-point recv so that it names the tags the
-/// user chose: the transport reports wire tags (`tag_p2p | tag`), and, when the frame carried
-/// another wire tag, its message says "received (tag N": N is decoded here. Anything unexpected
-/// leaves the transport's message as it is, prefixed with the call.
-inline std::string p2p_mismatch_message(const std::string& transport_msg, int self, int peer, int tag) {
-  std::string m = "recv: rank " + std::to_string(self) + " expected a message with tag " + std::to_string(tag) +
-                  " from rank " + std::to_string(peer);
-  const std::string key = "received (tag ";
-  const auto at = transport_msg.find(key);
-  if (at != std::string::npos) {
-    std::size_t i = at + key.size();
-    std::uint64_t wire = 0;
-    bool digits = false;
-    while (i < transport_msg.size() && transport_msg[i] >= '0' && transport_msg[i] <= '9' && wire <= 0xffffffffu) {
-      wire = wire * 10 + static_cast<std::uint64_t>(transport_msg[i++] - '0');
-      digits = true;
-    }
-    if (digits && wire != (tag_p2p | static_cast<std::uint32_t>(tag))) {
-      if (wire >= tag_p2p && wire <= 0xffffffffu)
-        m += " but rank " + std::to_string(peer) + " sent its next message with tag " + std::to_string(wire - tag_p2p);
-      else
-        m += " but the next message from rank " + std::to_string(peer) + " belongs to a collective (wire tag " +
-             std::to_string(wire) + "): send/recv and collectives are not in the same order on the two ranks";
-      return m + " [" + transport_msg + "]";
-    }
-  }
-  return m + ": " + transport_msg;
-}
-
 /// Logs an automatic algorithm choice once per collective shape at GSYNC_DEBUG=INFO. The shape and
 /// the reason are only formatted when INFO is enabled (no strings on the hot path).
 /// \tparam X transport. \tparam C a choice type with `id`, `reason()`; \tparam N a function
@@ -114,6 +87,49 @@ void log_choice(communicator<X>& comm, std::string_view coll, dtype dt, std::siz
   shape += ")";
   if (comm.first_time(shape)) comm.log().info(shape + " -> " + std::string(name_of(ch.id)) + ": " + ch.reason());
 }
+
+/// The scope of one running operation: applies the timeout it was issued with (so its deadline
+/// is its own, see communicator::with_timeout), and when it ends restores the previous timeout,
+/// counts the operation (kind, bytes, time, failed or not) and, when tracing, writes its span.
+/// \tparam X transport of the communicator.
+template <class X>
+class op_scope {
+ public:
+  /// Operation `kind` (a collective's name, a string literal) with ticket `t` and messages `id`.
+  op_scope(communicator<X>& comm, const char* kind, const op_ticket& t, const message_id& id)
+      : comm_(comm), kind_(kind), id_(id), prev_(comm.running_timeout()), unwinding_(std::uncaught_exceptions()),
+        start_(std::chrono::steady_clock::now()) {
+    comm.set_running_timeout(t.timeout);
+  }
+  op_scope(const op_scope&) = delete;
+  op_scope& operator=(const op_scope&) = delete;
+  ~op_scope() {
+    comm_.set_running_timeout(prev_);
+    const auto end = std::chrono::steady_clock::now();
+    const bool failed = std::uncaught_exceptions() > unwinding_;
+    const std::uint64_t bytes = payload_bytes(id_.fp);
+    try {
+      comm_.counters().record(kind_, bytes, std::chrono::duration<double>(end - start_).count(), failed);
+      if (trace_writer* w = comm_.trace()) {
+        std::string args = "{\"op\":" + std::to_string(id_.seq & ~(std::uint64_t{1} << 63)) + ",\"bytes\":" + std::to_string(bytes);
+        if (id_.fp.dtype) args += ",\"dtype\":\"" + std::string(name(static_cast<dtype>(id_.fp.dtype - 1))) + "\",\"count\":" + std::to_string(id_.fp.count);
+        if (id_.fp.root >= 0) args += ",\"root\":" + std::to_string(id_.fp.root);
+        if (failed) args += ",\"failed\":true";
+        w->complete(kind_, "gsync", start_, end, args + "}");
+      }
+    } catch (...) {
+      // counting and tracing never turn a result into an error
+    }
+  }
+
+ private:
+  communicator<X>& comm_;
+  const char* kind_;
+  message_id id_;
+  std::chrono::milliseconds prev_;
+  int unwinding_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 /// Segment length in elements of type T for the communicator's pipelining unit (at least 1).
 template <class X>

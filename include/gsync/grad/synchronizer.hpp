@@ -370,6 +370,14 @@ class synchronizer {
     ++micro_;
     const auto now = clock::now();
     res.stats.step_time = now - step_start_;
+    if (trace_writer* w = comm_.trace()) {  // one span per (micro-)step on the GSYNC_TRACE timeline
+      try {
+        w->complete(res.synced ? "step" : "micro-step", "gsync.grad", step_start_, now,
+                    "{\"step\":" + std::to_string(micro_) + ",\"synced\":" + (res.synced ? "true" : "false") +
+                        ",\"wire_bytes\":" + std::to_string(res.stats.bytes_on_wire) + "}");
+      } catch (...) {
+      }
+    }
     step_start_ = now;
     totals_.add(res.stats);
     begin_marks();

@@ -2,14 +2,16 @@
 /// \file
 /// The frame header that precedes every message on a byte-stream transport, and its check.
 ///
-/// 24 bytes, host byte order (all ranks of a job share an architecture): magic, tag, sequence
-/// number, payload byte count. The receiver states what it expects; any difference (a frame from
-/// another operation, another size, or garbage) raises `errc::mismatch` naming both sides, rather
-/// than mixing the bytes into the result.
+/// 40 bytes, host byte order (all ranks of a job share an architecture): magic, tag, sequence
+/// number, payload byte count, and the sender's call fingerprint (core/fingerprint.hpp). The
+/// receiver states what it expects; any difference raises `errc::mismatch` rather than mixing the
+/// bytes into the result: another call (kind, sequence number or arguments) is reported as both
+/// calls spelled out, another size within the same call as the sizes, garbage as garbage.
 
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <string_view>
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
@@ -25,12 +27,21 @@ struct frame_header {
   std::uint32_t tag = 0;              ///< message_id::tag
   std::uint64_t seq = 0;              ///< message_id::seq
   std::uint64_t bytes = 0;            ///< payload length
+  fingerprint fp{};                   ///< message_id::fp, the sender's call
 };
-static_assert(sizeof(frame_header) == 24);
+static_assert(sizeof(frame_header) == 40);
+
+/// Magic of a failure notice ("GSYX"): the last frame a failing rank writes to a peer whose stream
+/// is at a message boundary: `tag` holds the `gsync::errc` value, `seq` 1 + the rank whose loss
+/// caused the failure (0: none), `bytes` the length of the message text that follows (at most
+/// `max_notice_bytes`).
+inline constexpr std::uint32_t notice_magic = 0x58595347u;
+/// Longest failure-notice text.
+inline constexpr std::size_t max_notice_bytes = 4000;
 
 /// The header a sender writes for message `id` of `bytes` bytes.
 inline frame_header make_header(message_id id, std::size_t bytes) {
-  return frame_header{frame_magic, id.tag, id.seq, static_cast<std::uint64_t>(bytes)};
+  return frame_header{frame_magic, id.tag, id.seq, static_cast<std::uint64_t>(bytes), id.fp};
 }
 
 /// Name of the operation kind a wire tag belongs to, for logs (the tags are assigned in
@@ -41,16 +52,41 @@ inline std::string tag_kind(std::uint32_t tag) {
   return tag < std::size(kinds) ? kinds[tag] : "tag " + std::to_string(tag);
 }
 
-/// Throws `errc::mismatch` unless `h` is the frame the receiver expects.
+/// "allreduce(float32, 1048576, sum) [ring] as op #17", "send(float32, 10, tag 3) as message #2
+/// between the pair": the call a message belongs to (`p2p_role` names the point-to-point side).
+inline std::string describe_message(std::uint32_t tag, std::uint64_t seq, const fingerprint& fp,
+                                    std::string_view p2p_role = "send/recv") {
+  if (tag >= 0x80000000u) {
+    fingerprint f = fp;
+    f.algo = 0;
+    std::string c = describe_call(p2p_role, f);
+    c.insert(c.size() - 1, (f.dtype ? ", tag " : "tag ") + std::to_string(tag - 0x80000000u));
+    return c + " as message #" + std::to_string(seq) + " between the pair";
+  }
+  return describe_call(tag_kind(tag), fp) + " as op #" + std::to_string(seq);
+}
+
+/// Throws `errc::mismatch` unless `h` is the frame the receiver expects (`want`, `want_bytes`).
+/// A frame of another call names both calls and what differs; a frame of the same call with
+/// another length (ranks disagree on a setting such as the segment size) names both lengths.
 inline void check_header(const frame_header& h, message_id want, std::size_t want_bytes, int self, int peer) {
-  if (h.magic == frame_magic && h.tag == want.tag && h.seq == want.seq && h.bytes == want_bytes) return;
-  std::string m = "rank " + std::to_string(self) + " expected from rank " + std::to_string(peer) + " a message (tag " +
-                  std::to_string(want.tag) + ", op #" + std::to_string(want.seq) + ", " + std::to_string(want_bytes) +
-                  " bytes) but received ";
-  if (h.magic != frame_magic) m += "bytes that are not a gsync frame (bad magic)";
-  else
-    m += "(tag " + std::to_string(h.tag) + ", op #" + std::to_string(h.seq) + ", " + std::to_string(h.bytes) +
-         " bytes): the ranks are not running the same sequence of operations";
+  if (h.magic == frame_magic && h.tag == want.tag && h.seq == want.seq && h.fp == want.fp && h.bytes == want_bytes) return;
+  const std::string me = "rank " + std::to_string(self), them = "rank " + std::to_string(peer);
+  std::string m;
+  if (h.magic != frame_magic) {
+    m = me + " expected from " + them + " a message of " + describe_message(want.tag, want.seq, want.fp) +
+        " but received bytes that are not a gsync frame (bad magic)";
+  } else if (h.tag != want.tag || h.seq != want.seq || !(h.fp == want.fp)) {
+    m = me + " called " + describe_message(want.tag, want.seq, want.fp, "recv") + ", " + them + " called " +
+        describe_message(h.tag, h.seq, h.fp, "send");
+    if (h.tag != want.tag) m += ": different operations";
+    else if (h.seq != want.seq) m += ": the ranks are not running the same sequence of operations";
+    else m += ": they disagree on the " + fingerprint_difference(want.fp, h.fp);
+  } else {
+    m = me + " expected from " + them + " a " + std::to_string(want_bytes) + "-byte message of " +
+        describe_message(want.tag, want.seq, want.fp) + " but received " + std::to_string(h.bytes) +
+        " bytes: the ranks split the call differently (settings such as GSYNC_SEGMENT_BYTES differ between ranks?)";
+  }
   throw error(errc::mismatch, m);
 }
 

@@ -9,6 +9,9 @@
 /// marked gone, and peers waiting on it get `errc::peer_lost` instead of waiting forever. A rank
 /// whose operation fails withdraws its queued messages and waits until no peer is still copying
 /// from its buffers before the error reaches the caller, so the caller may free them at once.
+/// A peer that failed with a mismatch or was aborted passes that kind and its message on to the
+/// ranks waiting for it (so every rank of a mismatched call reports the mismatch). `abort` may be
+/// called from any thread.
 
 #include <condition_variable>
 #include <cstring>
@@ -52,6 +55,7 @@ class inproc_world {
     std::size_t pending_sends = 0;
     int readers = 0;             // receivers copying from this rank's memory right now
     bool gone = false;
+    errc kind = errc::peer_lost;  // how it went: peer_lost (left or lost), mismatch or aborted
     std::string why;             // first error of this rank, for later calls
   };
   std::mutex m_;
@@ -81,7 +85,18 @@ class inproc {
   void leave() {
     if (!w_) return;
     std::unique_lock lk(w_->m_);
-    withdraw(lk, "it left");
+    withdraw(lk, errc::peer_lost, "it left");
+  }
+
+  /// Aborts this endpoint from any thread: its queued messages are withdrawn, a wait in it fails
+  /// with `errc::aborted` (`why`), and so do peers waiting for it and every later call.
+  void abort(const std::string& why) noexcept {
+    if (!w_) return;
+    try {
+      std::unique_lock lk(w_->m_);
+      withdraw(lk, errc::aborted, why);
+    } catch (...) {
+    }
   }
 
   /// Queues a descriptor of [src, src+n) for `peer`.
@@ -89,8 +104,9 @@ class inproc {
     check_peer(peer);
     std::unique_lock lk(w_->m_);
     check_usable(lk);
-    if (w_->ranks_[peer].gone) fail(lk, errc::peer_lost, who() + "cannot send to rank " + std::to_string(peer) + ": it has left");
+    if (w_->ranks_[peer].gone) peer_gone(lk, peer, "has left: this rank cannot send to it");
     w_->box(rank_, peer).push_back({make_header(id, n), src});
+    last_sent_ = id;
     ++w_->ranks_[rank_].pending_sends;
     w_->ranks_[peer].cv.notify_all();
   }
@@ -112,9 +128,11 @@ class inproc {
     check_usable(lk);
     auto& me = w_->ranks_[rank_];
     while (me.pending_sends != 0) {
+      if (me.gone) check_usable(lk);
+      cross_check_sent(lk);
       for (int p = 0; p < size(); ++p)
         if (p != rank_ && w_->ranks_[p].gone && !w_->box(rank_, p).empty())
-          fail(lk, errc::peer_lost, who() + "rank " + std::to_string(p) + " left before receiving this rank's data");
+          peer_gone(lk, p, "left before receiving this rank's data");
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends != 0)
         fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends) + " message(s)");
     }
@@ -130,8 +148,24 @@ class inproc {
     auto& sender = w_->ranks_[peer];
     auto& q = w_->box(peer, rank_);
     while (q.empty()) {
-      if (sender.gone)
-        fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " left while this rank waited for its data");
+      if (me.gone) check_usable(lk);
+      if (sender.gone) peer_gone(lk, peer, "left while this rank waited for its data");
+      for (int p = 0; p < size(); ++p) {  // any rank that failed with a mismatch or was aborted: fail now
+        if (w_->ranks_[p].gone && (w_->ranks_[p].kind == errc::mismatch || w_->ranks_[p].kind == errc::aborted))
+          peer_gone(lk, p, "failed");
+        // a message of this very collective from another rank with another fingerprint: a mismatch
+        // now (the disagreeing ranks may never read from each other, see tcp.hpp cross_check)
+        if (p != rank_ && p != peer && id.tag < 0x80000000u && !w_->box(p, rank_).empty()) {
+          const frame_header& h = w_->box(p, rank_).front().h;
+          if (h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp)) {
+            try {
+              check_header(h, id, static_cast<std::size_t>(h.bytes), rank_, p);
+            } catch (const error& e) {
+              fail(lk, e.kind(), e.what());
+            }
+          }
+        }
+      }
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && q.empty())
         fail(lk, errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
                                     " (op #" + std::to_string(id.seq) + ")");
@@ -150,17 +184,36 @@ class inproc {
     lk.lock();
     if (--sender.readers == 0) sender.cv.notify_all();
     if (sender.gone)  // withdrawn while we copied: the sender failed, so must we
-      fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " failed while this rank received its data");
+      peer_gone(lk, peer, "failed while this rank received its data");
     q.pop_front();
     if (--sender.pending_sends == 0) sender.cv.notify_all();
   }
 
+  // While this rank waits for its sends of a collective to be taken: a message of that same
+  // collective from a peer with another fingerprint is a mismatch (two ranks that both believe to
+  // be a broadcast's root only send, and would wait for each other until the timeout).
+  void cross_check_sent(std::unique_lock<std::mutex>& lk) {
+    if (last_sent_.tag == 0 || last_sent_.tag >= 0x80000000u) return;
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_ || w_->box(p, rank_).empty()) continue;
+      const frame_header& h = w_->box(p, rank_).front().h;
+      if (h.tag == last_sent_.tag && h.seq == last_sent_.seq && !(h.fp == last_sent_.fp)) {
+        try {
+          check_header(h, last_sent_, static_cast<std::size_t>(h.bytes), rank_, p);
+        } catch (const error& e) {
+          fail(lk, e.kind(), e.what());
+        }
+      }
+    }
+  }
+
   // Withdraws this rank's queued messages, marks it gone (waking every waiter) and waits until no
   // receiver is still copying from its memory. Called with the world lock held.
-  void withdraw(std::unique_lock<std::mutex>& lk, const std::string& why) {
+  void withdraw(std::unique_lock<std::mutex>& lk, errc kind, const std::string& why) {
     auto& me = w_->ranks_[rank_];
     if (!me.gone) {
       me.gone = true;
+      me.kind = kind;
       me.why = why;
       for (int p = 0; p < size(); ++p) w_->box(rank_, p).clear();
       me.pending_sends = 0;
@@ -169,14 +222,26 @@ class inproc {
     while (me.readers > 0) me.cv.wait(lk);
   }
   [[noreturn]] void fail(std::unique_lock<std::mutex>& lk, errc kind, const std::string& msg) {
-    withdraw(lk, msg);
+    withdraw(lk, kind == errc::mismatch || kind == errc::aborted ? kind : errc::peer_lost, msg);
     throw error(kind, msg);
+  }
+  // `peer` is gone: its mismatch or abort is passed on, anything else is a lost peer.
+  [[noreturn]] void peer_gone(std::unique_lock<std::mutex>& lk, int peer, const std::string& what) {
+    const auto& p = w_->ranks_[peer];
+    if (p.kind == errc::mismatch || p.kind == errc::aborted) {
+      const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+      std::string why = p.why;
+      if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());
+      fail(lk, p.kind, who() + "rank " + std::to_string(peer) + " reported: " + why);
+    }
+    fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " " + what);
   }
   void check_usable(std::unique_lock<std::mutex>& lk) {
     auto& me = w_->ranks_[rank_];
     if (me.gone) {
+      std::string m = me.kind == errc::aborted ? me.why : who() + "communicator unusable after an earlier error: " + me.why;
       lk.unlock();
-      throw error(errc::aborted, who() + "communicator unusable after an earlier error: " + me.why);
+      throw error(errc::aborted, m);
     }
   }
   void check_peer(int peer) const {
@@ -187,6 +252,7 @@ class inproc {
 
   std::shared_ptr<inproc_world> w_;
   int rank_;
+  message_id last_sent_{};  // the last message posted (for cross_check_sent)
 };
 
 }  // namespace gsync::transport

@@ -33,7 +33,16 @@
 ///
 /// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down
 /// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
-/// instead of waiting for their own timeouts, and the transport refuses further use.
+/// instead of waiting for their own timeouts, and the transport refuses further use. A mismatch
+/// or an abort is first recorded in the store (`gsync/failed/R`: kind and message); a rank that
+/// then sees the connection close looks the record up and fails with the same kind and words, so
+/// every rank of a mismatched call reports the mismatch (both calls spelled out), not a lost peer.
+/// `abort(reason)` may come from any thread: it records the abort through a store connection of
+/// its own, then shuts the sockets down and rings the doorbells, which wakes this rank's wait.
+///
+/// Timeouts name the call (kind, arguments, bytes), how long it waited, for which peers, and,
+/// from the store's progress records (which a waiting rank publishes after half its timeout or
+/// half of GSYNC_STALL_WARN_S), which ranks had not reached the operation.
 
 #include <sched.h>
 #include <sys/socket.h>
@@ -41,12 +50,14 @@
 
 #include <asio.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -123,52 +134,72 @@ class tcp {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
       server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
     }
-    store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
-    store_->hello(rank_, dl);  // from here on, if this rank dies the others hear of it from the store
-    const auto me = bootstrap::pick_listen_address(io_, master);
-    listen(me);
-    // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
-    // port cannot slip in.
-    if (rank_ == 0) store_->set("gsync/nonce", std::to_string(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32)), dl);
-    nonce_ = std::stoull(store_->get("gsync/nonce", dl));
-    const auto my_ep = acc_.local_endpoint();
-    store_->set("gsync/addr/" + std::to_string(rank_), my_ep.address().to_string() + " " + std::to_string(my_ep.port()), dl);
-    log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
-              ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
-              std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
-    peers_.resize(static_cast<std::size_t>(size_));
+    // Rank 0 serves the store: if its set-up fails, it keeps serving until the others have left
+    // (bounded), so that they fail naming the real cause rather than a vanished store.
     try {
-      connect_lower(dl);
-      accept_higher(dl);
+      master_addr_ = li.master_addr;
+      master_port_ = li.master_port;
+      store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
+      store_->hello(rank_, dl);  // from here on, if this rank dies the others hear of it from the store
+      const auto me = bootstrap::pick_listen_address(io_, master);
+      listen(me);
+      // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
+      // port cannot slip in.
+      if (rank_ == 0) store_->set("gsync/nonce", std::to_string(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32)), dl);
+      nonce_ = std::stoull(store_->get("gsync/nonce", dl));
+      const auto my_ep = acc_.local_endpoint();
+      store_->set("gsync/addr/" + std::to_string(rank_), my_ep.address().to_string() + " " + std::to_string(my_ep.port()), dl);
+      log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
+                ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
+                std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
+      peers_.resize(static_cast<std::size_t>(size_));
+      try {
+        connect_lower(dl);
+        accept_higher(dl);
+      } catch (const error& e) {
+        // A peer that vanished mid-handshake may itself have failed because another rank was lost
+        // first: report that root cause when the store knows it.
+        if (e.kind() == errc::timeout || e.kind() == errc::peer_lost)
+          if (auto lost = lost_rank(); !lost.empty() && std::string_view(e.what()).find(lost) == std::string_view::npos)
+            throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
+        throw;
+      }
+      acc_.close();
+      setup_shm(li, dl);
+      // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
+      // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
+      // every rank is ready, every peer has mapped the segment and its name can go.
+      if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
+      if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
+      seg_.unlink();
+      staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
+      if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
+      if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
+      if (opt_.spin_us < 0) {
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        const int local = li.local_size > 0 ? li.local_size : local_size_;
+        opt_.spin_us = static_cast<unsigned>(local) <= cores ? 50 : 0;
+      }
+      const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
+      name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
+      log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
+                std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, spin " +
+                std::to_string(opt_.spin_us) + " us)");
     } catch (const error& e) {
-      // A peer that vanished mid-handshake may itself have failed because another rank was lost
-      // first: report that root cause when the store knows it.
-      if (e.kind() == errc::timeout || e.kind() == errc::peer_lost)
-        if (auto lost = lost_rank(); !lost.empty() && std::string_view(e.what()).find(lost) == std::string_view::npos)
-          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
+      // Tell the store why, before its connection drops: the store then reports this rank as
+      // failed for that reason, not as the first rank lost (which the others would blame).
+      if (store_) {
+        try {
+          store_->set(failed_key(rank_), failure_record(e.kind(), e.what()), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+        } catch (const std::exception&) {
+        }
+      }
+      if (server_) {
+        store_.reset();  // says goodbye: this rank is failing, not lost
+        server_->linger(std::chrono::steady_clock::now() + store_linger);
+      }
       throw;
     }
-    acc_.close();
-    setup_shm(li, dl);
-    // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
-    // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
-    // every rank is ready, every peer has mapped the segment and its name can go.
-    if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
-    if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
-    seg_.unlink();
-    staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
-    if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
-    if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
-    if (opt_.spin_us < 0) {
-      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-      const int local = li.local_size > 0 ? li.local_size : local_size_;
-      opt_.spin_us = static_cast<unsigned>(local) <= cores ? 50 : 0;
-    }
-    const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
-    name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
-    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
-              std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, spin " +
-              std::to_string(opt_.spin_us) + " us)");
   }
   tcp(const tcp&) = delete;
   tcp& operator=(const tcp&) = delete;
@@ -182,6 +213,10 @@ class tcp {
         asio::error_code ig;
         p.s->close(ig);
       }
+    if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
+      store_.reset();
+      server_->linger(std::chrono::steady_clock::now() + store_linger);
+    }
   }
 
   int rank() const noexcept { return rank_; }                  ///< this rank
@@ -195,6 +230,38 @@ class tcp {
   /// True when `peer` is reached through shared memory.
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
+
+  /// Aborts this endpoint; thread-safe, callable while another thread waits in it. Records
+  /// `why` in the store for the peers (through a connection of its own, at most ~1 s), then shuts
+  /// every connection down and rings the doorbells: the waiting thread wakes and fails with
+  /// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
+  /// reporting the abort. Idempotent.
+  void abort(const std::string& why) noexcept {
+    {
+      std::lock_guard lk(abort_m_);
+      if (aborted_.load(std::memory_order_relaxed)) return;
+      try {
+        abort_msg_ = why;
+      } catch (...) {
+      }
+      aborted_.store(true, std::memory_order_release);
+    }
+    try {
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      bootstrap::store_client sc(master_addr_, master_port_, d, key_);
+      sc.set(failed_key(rank_), failure_record(errc::aborted, why), d);
+    } catch (...) {
+      // best effort: the peers will see the connections close and report a lost rank instead
+    }
+    for (auto& p : peers_)
+      if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
+    if (seg_) {
+      seg_.bell().failed.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
+      for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+      seg_.bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
+      shm::notify(seg_.bell());
+    }
+  }
 
   /// Queues [src, src+n) for `peer` and writes what the kernel accepts now.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
@@ -218,12 +285,12 @@ class tcp {
     frame_header h;
     if (peers_[peer].shm) {
       shm_read_header(peer, h, dl, id);
-      check(h, id, n, peer);
+      check(h, id, n, peer, nullptr, 0);
       shm_read_payload(peer, dst, n, 1, nullptr, dl, id);
       return;
     }
     const std::size_t got = read_header(peer, h, dst, n, dl, id);
-    check(h, id, n, peer);
+    check(h, id, n, peer, dst, got);
     read_exact(peer, dst + got, n - got, dl, id);
   }
 
@@ -237,14 +304,14 @@ class tcp {
     frame_header h;
     if (peers_[peer].shm) {  // the reduction reads the peer's bytes where they lie, in the ring
       shm_read_header(peer, h, dl, id);
-      check(h, id, n, peer);
+      check(h, id, n, peer, nullptr, 0);
       if (64 % align != 0) align = 1;
       shm_read_payload(peer, nullptr, n, align, &consume, dl, id);
       return;
     }
     const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
     std::size_t have = read_header(peer, h, staging_.get(), std::min(cap, n), dl, id);
-    check(h, id, n, peer);
+    check(h, id, n, peer, staging_.get(), have);
     std::size_t remaining = n - have;
     for (bool first = true; first || remaining > 0; first = false) {
       if (!first || have == 0) {
@@ -286,6 +353,7 @@ class tcp {
     std::byte* in_data = nullptr;
     std::uint64_t in_cap = 0;
     std::uint64_t need_head = 0;        // a wait on `in` ends once head reaches this
+    bool closed = false;                 // seen closed while not waited for, with no failure record
     shm::doorbell* peer_bell = nullptr;  // the peer's doorbell
   };
   struct hello {
@@ -567,7 +635,7 @@ class tcp {
     }
     auto& bell = seg_.bell();
     const std::uint32_t seen = shm::arm(bell);
-    if (shm_progress(in_peer)) return shm::disarm(bell);
+    if (shm_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
     // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
     // check after the timed sleep.
     const int ms = std::min(100, detail::ms_left(dl));
@@ -601,13 +669,22 @@ class tcp {
     };
     if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer))
       if (auto why = gone(in_peer); !why.empty())
-        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
-                                  " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
+        lost(in_peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
+                          " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
+    for (int p : shm_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
+      if (const std::uint32_t v = peers_[p].peer_bell->failed.load(std::memory_order_acquire); v && !(v & shm_left) && p != in_peer) {
+        const int first = static_cast<int>(v) - 1;
+        const bool chain = first != p && first >= 0 && first < size_;
+        lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) failed" +
+                    (chain ? " after losing rank " + std::to_string(first) : std::string()) +
+                    (id.seq ? " during op #" + std::to_string(id.seq) : std::string(" while this rank's sends were pending")),
+             chain ? first : p);
+      }
     for (int p : shm_peers_)
       if (!peers_[p].q.empty())
         if (auto why = gone(p); !why.empty())
-          fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
-                                    " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
+          lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
+                         " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
   }
 
   static void cpu_relax() noexcept {
@@ -618,13 +695,23 @@ class tcp {
 #endif
   }
 
+  // Timeout of the operation `id`: names the call, its bytes, how long it waited and for whom,
+  // and (from the store's progress records) which ranks had not reached it.
   [[noreturn]] void timed_out(int in_peer, message_id id) {
     std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
     std::string blocked;
     for (int p = 0; p < size_; ++p)
       if (!peers_[p].q.empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
-    fail(errc::timeout, "rank " + std::to_string(rank_) + ": op #" + std::to_string(id.seq) + " timed out waiting for " + what +
-                            (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")"));
+    const auto now = std::chrono::steady_clock::now();
+    const double waited = (id.seq == stall_.seq && id.tag == stall_.tag)
+                              ? std::chrono::duration<double>(now - stall_.since).count() : 0.0;
+    char w[32];
+    std::snprintf(w, sizeof w, "%.1f", waited);
+    std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " (" +
+                      std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out after waiting " + w + " s for " + what +
+                      (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
+    if (id.seq != 0) msg += behind_report(id.seq, now + std::chrono::seconds(1));
+    fail(errc::timeout, msg);
   }
 
   // Writes as much of the peer's queue as the kernel takes now; several queued messages go out in
@@ -651,8 +738,8 @@ class tcp {
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) +
-                                  " lost while sending (" + detail::errno_text(errno) + "): the peer exited or crashed");
+        lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while sending (" +
+                       detail::errno_text(errno) + "): the peer exited or crashed");
       }
       auto left = static_cast<std::size_t>(w);
       while (left > 0) {
@@ -698,10 +785,10 @@ class tcp {
 
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err) {
     if (err == 0)
-      fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
-                                " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq), peer);
-    fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) +
-                              " lost while receiving (" + detail::errno_text(err) + ")");
+      lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                     " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq), peer);
+    lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while receiving (" +
+                   detail::errno_text(err) + ")");
   }
 
   // Reads up to n bytes from peer, waiting (and progressing sends) until at least one arrives.
@@ -729,7 +816,9 @@ class tcp {
   // polled; shared-memory rings are checked between polls (see file comment). May return early
   // (the caller re-checks and calls again).
   void wait_progress(int in_peer, deadline dl, message_id id) {
-    stall_check(in_peer, id);
+    if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
+    stall_check(in_peer, id, dl);
+    cross_check(in_peer, id);
     const bool in_shm = in_peer >= 0 && peers_[in_peer].shm;
     if (shm_progress(in_peer)) return;
     const bool sock_in = in_peer >= 0 && !in_shm;
@@ -761,6 +850,17 @@ class tcp {
         if (r == 0 && shm_wait && shm_progress(in_peer)) return;
       } while (r == 0 && std::chrono::steady_clock::now() < until);
     }
+    // While blocked, also watch every other TCP peer for a close: one that failed (a mismatch it
+    // detected, an abort, a timeout) left a record in the store, and this rank fails at once
+    // instead of waiting for a message that will never come. A peer that left normally has no
+    // record and is not watched again.
+    const std::size_t watch_from = pfds_.size();
+    if (r == 0)
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_ && p != in_peer && !peers_[p].shm && peers_[p].fd >= 0 && !peers_[p].closed && peers_[p].q.empty()) {
+          pfds_.push_back({peers_[p].fd, POLLRDHUP, 0});
+          pidx_.push_back(p);
+        }
     // Block at most a second at a time, so that stall_check runs while an operation hangs.
     if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), shm_wait ? std::min(1, detail::ms_left(dl)) : std::min(1000, detail::ms_left(dl)));
     if (r < 0) {
@@ -775,16 +875,22 @@ class tcp {
       if (std::chrono::steady_clock::now() < dl) return;
       timed_out(in_peer, id);
     }
-    for (std::size_t i = 0; i < pfds_.size(); ++i)
+    for (std::size_t i = 0; i < pfds_.size(); ++i) {
+      if (i >= watch_from) {
+        if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
+        continue;
+      }
       if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q.empty()) pump(pidx_[i]);
+    }
   }
 
-  // Stall report. An operation that has waited GSYNC_STALL_WARN_S / 2 publishes "gsync/stall/R" =
-  // its op number in the store (silently); at GSYNC_STALL_WARN_S it logs, once, what it waits for
-  // and which ranks have not reached its op according to the store: a rank with no record, or one
-  // stalled at an earlier op, is the one to look at. Nothing is sent while operations progress.
-  void stall_check(int in_peer, message_id id) {
-    if (id.seq == 0 || opt_.stall_warn_s <= 0) return;
+  // Stall report. An operation that has waited half of GSYNC_STALL_WARN_S, or half of its own
+  // timeout, publishes "gsync/stall/R" = its op number in the store (silently); at
+  // GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
+  // according to the store: a rank with no record, or one stalled at an earlier op, is the one to
+  // look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
+  void stall_check(int in_peer, message_id id, deadline dl) {
+    if (id.seq == 0) return;
     const auto now = std::chrono::steady_clock::now();
     if (id.seq != stall_.seq || id.tag != stall_.tag) {
       if (stall_.stage > 0) {  // the stalled op finished: withdraw its record (best effort)
@@ -797,64 +903,215 @@ class tcp {
       return;
     }
     const auto waited = now - stall_.since;
-    const auto warn = std::chrono::seconds(opt_.stall_warn_s);
-    if (stall_.stage == 0 && waited >= warn / 2) {
+    const auto warn = std::chrono::seconds(opt_.stall_warn_s > 0 ? opt_.stall_warn_s : 1000000000);
+    const auto publish_at = std::min<std::chrono::steady_clock::duration>(warn / 2, (dl - stall_.since) / 2);
+    if (stall_.stage == 0 && waited >= publish_at) {
       stall_.stage = 1;
       try {
         store_->set("gsync/stall/" + std::to_string(rank_), std::to_string(id.seq), now + std::chrono::seconds(2));
       } catch (const error&) {
       }
     }
-    if (stall_.stage != 1 || waited < warn) return;
+    if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return;
     stall_.stage = 2;
-    std::string msg = "rank " + std::to_string(rank_) + ": op #" + std::to_string(id.seq) + " (" + tag_kind(id.tag) + ") has waited " +
+    std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                       (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
+    log_.warn(msg + behind_report(id.seq, now + std::chrono::seconds(2)));
+  }
+
+  // "; ranks that have not reached op #S: ..." from the other ranks' progress records in the store.
+  std::string behind_report(std::uint64_t seq, deadline sdl) {
     try {
-      const deadline sdl = now + std::chrono::seconds(2);
       std::string behind, waiting;
       for (int j = 0; j < size_; ++j) {
         if (j == rank_) continue;
         const std::string key = "gsync/stall/" + std::to_string(j);
-        if (!store_->check(key, sdl)) {
-          behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
-          continue;
-        }
-        const auto at = std::stoull(store_->get(key, sdl));
+        const std::uint64_t at = store_->check(key, sdl) ? std::stoull(store_->get(key, sdl)) : 0;
         if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
-        else if (at < id.seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
+        else if (at < seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
         else waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
       }
-      msg += behind.empty() ? "; every other rank has reached it and is waiting too (a lost message or a dead link?)"
-                            : "; ranks that have not reached op #" + std::to_string(id.seq) + ": " + behind;
-      if (!waiting.empty()) msg += "; waiting at or after it: " + waiting;
+      std::string m = behind.empty() ? "; every other rank has reached it and is waiting too (a lost message or a dead link?)"
+                                     : "; ranks that have not reached op #" + std::to_string(seq) + ": " + behind;
+      if (!waiting.empty()) m += "; waiting at or after it: " + waiting;
+      return m;
     } catch (const std::exception& e) {
-      msg += std::string("; the store could not be asked which ranks are behind: ") + e.what();
+      return std::string("; the store could not be asked which ranks are behind: ") + e.what();
     }
-    log_.warn(msg);
   }
 
-  void check(const frame_header& h, message_id id, std::size_t n, int peer) {
+  // Checks a received header; `have` holds the `got` bytes that followed it (TCP), so that a
+  // failure notice can be read out.
+  void check(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+    if (h.magic == notice_magic) on_notice(peer, h, have, got, id);
     try {
       check_header(h, id, n, rank_, peer);
     } catch (const error& e) {
       fail(e.kind(), e.what());
     }
   }
+
+  // `peer` failed and said why in a notice frame (see send_notices): fail with its kind if it is
+  // a mismatch or an abort (so every rank reports what actually went wrong), else peer_lost.
+  [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(h.bytes, max_notice_bytes));
+    std::string why(len, '\0');
+    std::size_t at = std::min(got, len);
+    if (at) std::memcpy(why.data(), have, at);
+    try {
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (peers_[peer].shm) shm_read_payload(peer, reinterpret_cast<std::byte*>(why.data()), len, 1, nullptr, d, id);
+      else if (at < len) read_exact(peer, reinterpret_cast<std::byte*>(why.data()) + at, len - at, d, id);
+    } catch (const error&) {
+      if (broken_) throw;
+      why += " [cut short]";
+    }
+    const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+    if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+    const auto k = static_cast<errc>(h.tag);
+    if (k == errc::mismatch || k == errc::aborted)
+      fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+    const int first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size_) ? static_cast<int>(h.seq) - 1 : peer;
+    fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
+                              (first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
+                              (id.seq ? " during op #" + std::to_string(id.seq) : std::string()) + ": " + why, first);
+  }
+
+  // The last words of a failing rank: to every peer whose outgoing stream is at a message
+  // boundary (nothing queued, or the first queued message not started), a notice frame with the
+  // error's kind and text, so that a peer waiting for data from this rank learns why it stops
+  // (sockets: written without blocking; rings: as far as there is room). Best effort.
+  void send_notices(errc kind, const std::string& msg, int lost) {
+    notice_text_ = msg.substr(0, max_notice_bytes);
+    const std::uint64_t first = lost >= 0 ? static_cast<std::uint64_t>(lost) + 1 : 0;  // the rank lost first, if any
+    const frame_header nh{notice_magic, static_cast<std::uint32_t>(kind), first, notice_text_.size(), fingerprint{}};
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      auto& c = peers_[p];
+      if (!c.q.empty() && c.q.front().done != 0) continue;  // mid-message: the stream cannot carry it
+      if (c.shm) {
+        queued_ -= c.q.size();
+        shm_queued_ -= c.q.size();
+        c.q.clear();
+        c.q.push_back(send_op{nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size(), 0});
+        ++queued_;
+        ++shm_queued_;
+        pump_shm(p);
+      } else if (c.fd >= 0) {
+        iovec iov[2] = {{const_cast<frame_header*>(&nh), sizeof nh}, {notice_text_.data(), notice_text_.size()}};
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = 2;
+        [[maybe_unused]] ssize_t w = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+    }
+  }
   void check_peer(int peer) const {
     if (peer < 0 || peer >= size_ || peer == rank_)
       throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer));
   }
-  void check_usable() const {
+  void check_usable() {
+    if (!broken_ && aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
     if (broken_) throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
   }
+  static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
+  static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
+
+  // A collective that has waited 100 ms looks at the next frame every other peer has sent this
+  // rank (without consuming it): a frame of this very operation carrying another fingerprint is
+  // a mismatch now, and a failure notice fails this rank now, rather than at the timeout. This
+  // catches the calls where the disagreeing ranks never read from each other (two ranks each
+  // believing to be a broadcast's root wait for different parents). Point-to-point messages are
+  // numbered per pair and are not compared across peers.
+  void cross_check(int in_peer, message_id id) {
+    if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag) return;
+    if (std::chrono::steady_clock::now() - stall_.since < std::chrono::milliseconds(100)) return;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || p == in_peer) continue;
+      auto& c = peers_[p];
+      frame_header h;
+      if (c.shm) {
+        const std::uint64_t start = shm::align64(c.in->tail.load(std::memory_order_relaxed));
+        if (c.in->head.load(std::memory_order_acquire) < start + shm::header_slot) continue;
+        std::memcpy(&h, c.in_data + start % c.in_cap, sizeof h);
+      } else {
+        if (c.fd < 0 || c.closed) continue;
+        if (::recv(c.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) continue;
+      }
+      if (h.magic == notice_magic) {  // consume and report it
+        if (c.shm) shm_read_header(p, h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+        else read_exact(p, reinterpret_cast<std::byte*>(&h), sizeof h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+        on_notice(p, h, nullptr, 0, id);
+      }
+      if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))
+        check(h, id, static_cast<std::size_t>(h.bytes), p, nullptr, 0);
+    }
+  }
+
+  // `peer`, which this rank is not waiting for, closed its connection: fail with its failure
+  // record if it left one, else (it left normally, or died: the peers it was talking to will
+  // report that) stop watching it.
+  void closed_elsewhere(int peer, message_id id) {
+    peers_[peer].closed = true;
+    try {
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (!store_->check(failed_key(peer), d)) return;
+    } catch (const error&) {
+      return;
+    }
+    lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed during op #" + std::to_string(id.seq));
+  }
+
+  // A peer's connection closed or its `failed` flag rose: if it left a failure record (a mismatch
+  // it detected, an abort), fail with that kind and its words; otherwise peer_lost with `msg`.
+  [[noreturn]] void lost(int peer, const std::string& msg, int culprit = -1) {
+    if (!broken_ && !aborted_.load(std::memory_order_acquire)) {
+      try {
+        const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        if (store_->check(failed_key(peer), d)) {
+          const std::string rec = store_->get(failed_key(peer), d);
+          const auto sp = rec.find(' ');
+          const int k = sp == std::string::npos ? 0 : std::atoi(rec.substr(0, sp).c_str());
+          std::string why = rec.substr(sp + 1);
+          const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+          if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+          if (k == static_cast<int>(errc::mismatch) || k == static_cast<int>(errc::aborted))
+            fail(static_cast<errc>(k), "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+          fail(errc::peer_lost, msg + "; it had failed: " + why, culprit);
+        }
+      } catch (const error&) {
+        if (broken_) throw;  // the fail() above
+      }
+    }
+    fail(errc::peer_lost, msg, culprit);
+  }
+
   // Poisons the transport and throws. `lost` names the rank whose loss caused this (shared with
-  // same-host peers through this rank's `failed` word, so that they can name it too).
-  [[noreturn]] void fail(errc kind, const std::string& msg, int lost = -1) {
+  // same-host peers through this rank's `failed` word, so that they can name it too). After
+  // abort() every failure is reported as the abort. A mismatch or an abort is recorded in the
+  // store before the connections close (see file comment).
+  [[noreturn]] void fail(errc kind, const std::string& msg_in, int lost = -1) {
+    std::string msg = msg_in;
+    if (aborted_.load(std::memory_order_acquire) && kind != errc::aborted) kind = errc::aborted, msg.clear();
+    if (kind == errc::aborted && msg.empty()) {
+      std::lock_guard lk(abort_m_);
+      msg = abort_msg_;
+    }
     if (!broken_) {
       broken_ = true;
       broken_kind_ = kind;
       broken_msg_ = msg;
+      if (kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) {  // abort() recorded its own
+        try {
+          store_->set(failed_key(rank_), failure_record(kind, msg), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+        } catch (const std::exception&) {
+        }
+      }
+      try {
+        send_notices(kind, msg, lost);
+      } catch (const std::exception&) {
+      }
       for (auto& p : peers_) {
         if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
         p.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
@@ -897,12 +1154,19 @@ class tcp {
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
   std::vector<int> shm_peers_;           // ranks reached through shared memory
   static constexpr std::size_t shm_chunk = 64 << 10;  // bytes published per ring update
+  static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
   std::vector<pollfd> pfds_;
   std::vector<int> pidx_;
   bool broken_ = false;
   errc broken_kind_ = errc::system;
   std::string broken_msg_;
+  std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
+  std::string master_addr_;  // the store's address, for abort()'s own connection
+  std::uint16_t master_port_ = 0;
+  std::mutex abort_m_;       // guards abort_msg_
+  std::atomic<bool> aborted_{false};
+  std::string abort_msg_;
 };
 
 }  // namespace gsync::transport

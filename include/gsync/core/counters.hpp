@@ -1,0 +1,190 @@
+#pragma once
+/// \file
+/// Per-communicator operation counters: how many times each kind of operation ran ("allreduce",
+/// "broadcast", "send", ...), how many payload bytes the callers passed, how long the calls took
+/// (total and longest), and how many failed.
+///
+/// `op_counters::record` is called once per finished operation with the kind, the payload size
+/// and the elapsed seconds; `get`, `snapshot`, `total` and `report` read the totals back, and
+/// `report` prints them as a table for people. One mutex guards everything, so every member may
+/// be called from any thread (the user thread and a communicator's progress-engine thread both
+/// record). The few distinct kinds (under 16 in gsync) are kept in a vector sorted by name, so a
+/// record is a short binary search plus a few additions under an uncontended lock.
+///
+/// Conventions: `calls`, `bytes` and `seconds` count every recorded call, failed ones included;
+/// `failures` counts the calls recorded with `failed = true` among them.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gsync/core/error.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+/// A byte count for people, in powers of 1024 (as GSYNC_*_BYTES values are parsed): "0 B", "512 B",
+/// "1.5 KiB", "64.0 MiB", "2.00 GiB". Three significant digits from KiB up.
+inline std::string format_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  std::size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(units)) {
+    v /= 1024.0;
+    ++u;
+  }
+  // Keep three significant digits, and move to the next unit when rounding reaches 1024.
+  const int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  if (std::string_view(buf) == "1024" && u + 1 < std::size(units)) {
+    ++u;
+    std::snprintf(buf, sizeof buf, "%.2f", 1.0);
+  }
+  return std::string(buf) + " " + units[u];
+}
+
+}  // namespace detail
+
+/// Totals of one kind of operation on one communicator.
+struct op_totals {
+  std::uint64_t calls = 0;     ///< recorded calls, failed ones included
+  std::uint64_t bytes = 0;     ///< sum of the payload bytes the callers passed
+  double seconds = 0;          ///< sum of the calls' elapsed seconds
+  double max_seconds = 0;      ///< the longest single call, in seconds
+  std::uint64_t failures = 0;  ///< calls recorded as failed
+
+  /// Mean seconds per call (0 when there were no calls).
+  double mean_seconds() const noexcept { return calls ? seconds / static_cast<double>(calls) : 0.0; }
+
+  /// Adds `o` into this: sums, except `max_seconds`, which becomes the larger of the two.
+  op_totals& operator+=(const op_totals& o) noexcept {
+    calls += o.calls;
+    bytes += o.bytes;
+    seconds += o.seconds;
+    max_seconds = std::max(max_seconds, o.max_seconds);
+    failures += o.failures;
+    return *this;
+  }
+
+  friend bool operator==(const op_totals&, const op_totals&) = default;
+};
+
+/// Per-communicator counters; every member is safe to call from any thread (one mutex).
+class op_counters {
+ public:
+  op_counters() = default;
+  /// Copies the totals of `o` (taken under its lock).
+  op_counters(const op_counters& o) : kinds_(o.snapshot()) {}
+  /// Replaces the totals with those of `o`.
+  op_counters& operator=(const op_counters& o) {
+    if (this != &o) {
+      auto s = o.snapshot();
+      std::lock_guard lk(m_);
+      kinds_ = std::move(s);
+    }
+    return *this;
+  }
+
+  /// Adds one call of `kind` that carried `bytes` payload bytes and took `seconds` (>= 0).
+  /// Throws gsync::error(errc::invalid_argument) for an empty kind or a negative or NaN time.
+  void record(std::string_view kind, std::uint64_t bytes, double seconds, bool failed = false) {
+    if (kind.empty()) throw error(errc::invalid_argument, "op_counters::record: the operation kind is empty");
+    if (!(seconds >= 0.0))
+      throw error(errc::invalid_argument, "op_counters::record(\"" + std::string(kind) +
+                                              "\"): elapsed time " + std::to_string(seconds) +
+                                              " s is negative or not a number");
+    std::lock_guard lk(m_);
+    op_totals& t = slot(kind);
+    ++t.calls;
+    t.bytes += bytes;
+    t.seconds += seconds;
+    if (seconds > t.max_seconds) t.max_seconds = seconds;
+    if (failed) ++t.failures;
+  }
+
+  /// The totals of `kind`; all zeros if it was never recorded.
+  op_totals get(std::string_view kind) const {
+    std::lock_guard lk(m_);
+    auto it = find(kind);
+    return it != kinds_.end() && it->first == kind ? it->second : op_totals{};
+  }
+
+  /// Every recorded kind with its totals, sorted by kind.
+  std::vector<std::pair<std::string, op_totals>> snapshot() const {
+    std::lock_guard lk(m_);
+    return kinds_;
+  }
+
+  /// The sum over all kinds (`max_seconds` is the longest call of any kind).
+  op_totals total() const {
+    std::lock_guard lk(m_);
+    op_totals t;
+    for (const auto& k : kinds_) t += k.second;
+    return t;
+  }
+
+  /// A multi-line table for people: one row per kind (sorted) and a total row, with columns kind,
+  /// calls, bytes (B/KiB/MiB/GiB), total s, mean us, max us, failures. Says so when nothing was recorded.
+  std::string report() const {
+    const auto rows = snapshot();
+    if (rows.empty()) return "no operations recorded\n";
+    op_totals sum;
+    std::size_t width = 5;  // "total"
+    for (const auto& r : rows) {
+      sum += r.second;
+      width = std::max(width, r.first.size());
+    }
+    std::string out;
+    char line[256];
+    const int w = static_cast<int>(std::min<std::size_t>(width, 64));
+    std::snprintf(line, sizeof line, "%-*s %10s %11s %11s %11s %11s %8s\n", w, "kind", "calls", "bytes", "total s",
+                  "mean us", "max us", "failures");
+    out += line;
+    auto row = [&](std::string_view name, const op_totals& t) {
+      std::snprintf(line, sizeof line, "%-*.*s %10llu %11s %11.6f %11.1f %11.1f %8llu\n", w, w, std::string(name).c_str(),
+                    static_cast<unsigned long long>(t.calls), detail::format_bytes(t.bytes).c_str(), t.seconds,
+                    t.mean_seconds() * 1e6, t.max_seconds * 1e6, static_cast<unsigned long long>(t.failures));
+      out += line;
+    };
+    for (const auto& r : rows) row(r.first, r.second);
+    row("total", sum);
+    return out;
+  }
+
+  /// Forgets every kind and total.
+  void reset() {
+    std::lock_guard lk(m_);
+    kinds_.clear();
+  }
+
+ private:
+  using entry = std::pair<std::string, op_totals>;
+
+  // First entry whose kind is not less than `kind` (m_ held).
+  std::vector<entry>::const_iterator find(std::string_view kind) const {
+    return std::lower_bound(kinds_.begin(), kinds_.end(), kind,
+                            [](const entry& e, std::string_view k) { return std::string_view(e.first) < k; });
+  }
+
+  // The totals of `kind`, inserted in sorted position when new (m_ held).
+  op_totals& slot(std::string_view kind) {
+    auto it = std::lower_bound(kinds_.begin(), kinds_.end(), kind,
+                               [](const entry& e, std::string_view k) { return std::string_view(e.first) < k; });
+    if (it == kinds_.end() || it->first != kind) it = kinds_.emplace(it, std::string(kind), op_totals{});
+    return it->second;
+  }
+
+  mutable std::mutex m_;
+  std::vector<entry> kinds_;  // sorted by kind
+};
+
+}  // namespace gsync

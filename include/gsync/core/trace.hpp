@@ -1,0 +1,471 @@
+#pragma once
+/// \file
+/// A Chrome-trace timeline of one rank, for chrome://tracing and the Perfetto UI
+/// (ui.perfetto.dev): `GSYNC_TRACE=path` makes each rank write one JSON file with a span per
+/// collective and per training step.
+///
+/// File: the JSON Array format of the Trace Event Format, one event per line,
+///
+///     [
+///     {"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"rank 0"}},
+///     ...,
+///     {"name":"allreduce","cat":"collective","ph":"X","ts":1712345678901234.567,"dur":12.345,"pid":1,"tid":1,"args":{...}}
+///     ]
+///
+/// The Array rather than the Object format ({"traceEvents":[...],"displayTimeUnit":"ms"}) because
+/// it is the one both viewers load when the closing bracket is missing (see "If the process dies");
+/// nothing is lost: the Object format's "displayTimeUnit" is only a display hint, "ms" by default.
+///
+/// - `ts` and `dur` are microseconds; `ts` counts from the Unix epoch. Each writer reads
+///   steady_clock and system_clock once, when it is created, and maps steady_clock times onto
+///   system_clock with that pair, so spans are monotonic within a rank and the files of ranks on one
+///   host line up (to the few microseconds between the two clock reads).
+/// - `pid` is rank + 1 (pid 0 is the kernel's idle task to Perfetto, which treats it specially);
+///   a `process_name` metadata event names the process "rank R" and `process_sort_index` orders
+///   ranks. `tid` is a small per-thread number (1, 2, ... in the order threads first trace, shared by
+///   all writers of the process); the first event of a thread in a file is preceded by a
+///   `thread_name` metadata event "thread N".
+///
+/// Buffering: events are formatted into a memory buffer under one mutex (the user thread and a
+/// communicator's engine thread both write) and written with write(2) when the buffer passes
+/// 64 KiB, on `flush()`, after every instant event (they mark errors, which matter most when the
+/// process dies next) and at destruction, which also writes the closing `]`. A span costs about
+/// 0.1-0.3 us: formatting, the lock and its share of the writes (-O2, a shared 2-core VM).
+///
+/// If the process dies: the file ends with the last complete event written (every event goes out
+/// whole, with the comma that separates it from the previous one written before it), so only the
+/// closing `]` is missing, plus the events still in the buffer (up to 64 KiB). Both viewers accept
+/// an Array-format trace without its closing bracket: chrome://tracing (catapult) appends a missing
+/// `]`, and Perfetto's JSON reader accepts a truncated events array in the Array format (it reports
+/// "JSON trace file is incomplete" for a truncated Object-format file). Other JSON tools need the
+/// bracket: `echo ']' >> trace.3.json` makes the file valid JSON.
+///
+/// Path: `GSYNC_TRACE` may contain `%r` (rank), `%h` (host name) and `%p` (process id), as
+/// GSYNC_DEBUG_FILE does; a path without `%r` gets `.<rank>` inserted before a `.json` extension,
+/// or appended when there is none: trace.json -> trace.3.json, /tmp/t -> /tmp/t.3. Files are
+/// truncated when opened. To see several ranks in one view, concatenate the (complete) files'
+/// arrays, e.g. `jq -s add trace.*.json > all.json`: `pid` tells the ranks apart.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gsync/core/config.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+
+namespace gsync {
+
+namespace detail {
+
+/// Appends `s` to `out` as the inside of a JSON string: `"` and `\` are escaped, control characters
+/// become \n, \t, ... or \u00XX, valid UTF-8 is copied, and each byte that is not part of a valid
+/// UTF-8 sequence becomes \ufffd (JSON text must be UTF-8).
+inline void json_escape_append(std::string& out, std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  std::size_t plain = 0;  // start of the pending run of bytes copied unchanged
+  auto cont = [&](std::size_t k, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return k < n && p[k] >= lo && p[k] <= hi;
+  };
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      ++i;
+      continue;
+    }
+    if (c >= 0x80) {  // a UTF-8 lead byte: keep a valid sequence (RFC 3629 ranges), replace otherwise
+      std::size_t len = 0;
+      if (c >= 0xC2 && c <= 0xDF) len = cont(i + 1) ? 2 : 0;
+      else if (c == 0xE0) len = cont(i + 1, 0xA0) && cont(i + 2) ? 3 : 0;
+      else if (c == 0xED) len = cont(i + 1, 0x80, 0x9F) && cont(i + 2) ? 3 : 0;  // no surrogates
+      else if (c >= 0xE1 && c <= 0xEF) len = cont(i + 1) && cont(i + 2) ? 3 : 0;
+      else if (c == 0xF0) len = cont(i + 1, 0x90) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+      else if (c >= 0xF1 && c <= 0xF3) len = cont(i + 1) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+      else if (c == 0xF4) len = cont(i + 1, 0x80, 0x8F) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+      if (len != 0) {
+        i += len;
+        continue;
+      }
+    }
+    out.append(s.data() + plain, i - plain);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 15];
+        } else {
+          out += "\\ufffd";  // invalid UTF-8 byte
+        }
+    }
+    plain = ++i;
+  }
+  out.append(s.data() + plain, n - plain);
+}
+
+/// `s` as the inside of a JSON string (see json_escape_append).
+inline std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  json_escape_append(out, s);
+  return out;
+}
+
+/// Expands `%r` (rank), `%h` (host name) and `%p` (process id) in a per-rank file path template;
+/// any other `%x` is kept as it is. `has_rank` tells whether `%r` occurred.
+inline std::string expand_rank_path(std::string_view tmpl, int rank, bool& has_rank) {
+  std::string path;
+  has_rank = false;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c != '%' || i + 1 == tmpl.size()) {
+      path += c;
+      continue;
+    }
+    const char k = tmpl[++i];
+    if (k == 'r') {
+      path += std::to_string(rank);
+      has_rank = true;
+    } else if (k == 'p') {
+      path += std::to_string(::getpid());
+    } else if (k == 'h') {
+      char h[256] = {};
+      ::gethostname(h, sizeof h - 1);
+      path += h;
+    } else {
+      path += '%';
+      path += k;
+    }
+  }
+  return path;
+}
+
+/// The trace file of `rank` for template `tmpl` (see the file comment): `%r`/`%h`/`%p` expanded,
+/// and `.<rank>` inserted before a `.json` extension (or appended) when `%r` is absent.
+inline std::string trace_path_for_rank(std::string_view tmpl, int rank) {
+  bool has_rank = false;
+  std::string path = expand_rank_path(tmpl, rank, has_rank);
+  if (has_rank) return path;
+  const std::string suffix = "." + std::to_string(rank);
+  constexpr std::string_view ext = ".json";
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
+  if (path.size() > base + ext.size() && std::string_view(path).substr(path.size() - ext.size()) == ext)
+    path.insert(path.size() - ext.size(), suffix);
+  else
+    path += suffix;
+  return path;
+}
+
+/// This thread's trace track number: 1, 2, ... in the order threads first ask, process-wide.
+inline int trace_thread_number() noexcept {
+  static std::atomic<int> next{1};
+  thread_local const int id = next.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+/// Appends `v` in decimal.
+inline void append_int(std::string& out, long long v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+/// Appends a nanosecond count as microseconds with three decimals ("12.345"); negative counts as 0.
+inline void append_ns_as_us(std::string& out, long long ns) {
+  if (ns < 0) ns = 0;
+  append_int(out, ns / 1000);
+  const int frac = static_cast<int>(ns % 1000);
+  const char d[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                     static_cast<char>('0' + frac % 10)};
+  out.append(d, 4);
+}
+
+}  // namespace detail
+
+/// Chrome-trace (chrome://tracing, Perfetto) timeline of one rank; see the file comment for the
+/// format. All members are safe to call from any thread.
+class trace_writer {
+ public:
+  /// From GSYNC_TRACE: nullptr when unset or empty. `%r` rank, `%h` host name, `%p` pid in the path; a path
+  /// without %r gets ".<rank>" inserted before a ".json" extension (else appended): trace.json -> trace.3.json.
+  /// A file that cannot be opened: one WARN line through the rank's logger (stderr unless
+  /// GSYNC_DEBUG_FILE says otherwise) and nullptr. Throws invalid_argument for a negative rank.
+  static std::shared_ptr<trace_writer> from_env(int rank) {
+    check_rank(rank);
+    auto tmpl = detail::env("GSYNC_TRACE");
+    if (!tmpl) return nullptr;
+    const std::string path = detail::trace_path_for_rank(*tmpl, rank);
+    try {
+      return std::make_shared<trace_writer>(path, rank);
+    } catch (const error& e) {
+      logger(rank).warn(std::string("GSYNC_TRACE: ") + e.what() + "; tracing disabled");
+      return nullptr;
+    }
+  }
+
+  /// Creates (or truncates) `path` and writes the header and the process metadata of `rank`.
+  /// Throws gsync::error(errc::system) if the file cannot be opened or written, and
+  /// errc::invalid_argument for a negative rank.
+  trace_writer(const std::string& path, int rank) : path_(path), rank_(rank) {
+    check_rank(rank);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw error(errc::system, "cannot open trace file " + path + ": " + std::strerror(errno));
+    const auto steady0 = std::chrono::steady_clock::now();
+    const auto system0 = std::chrono::system_clock::now();
+    steady0_ = steady0;
+    epoch_ns_at_steady0_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(system0.time_since_epoch()).count();
+    buf_.reserve(flush_bytes + 4096);
+    buf_ += "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
+    detail::append_int(buf_, pid());
+    buf_ += ",\"tid\":0,\"args\":{\"name\":\"rank ";
+    detail::append_int(buf_, rank_);
+    buf_ += "\"}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":";
+    detail::append_int(buf_, pid());
+    buf_ += ",\"tid\":0,\"args\":{\"sort_index\":";
+    detail::append_int(buf_, rank_);
+    buf_ += "}}";
+    if (!write_all(buf_.data(), buf_.size())) {
+      const std::string why = std::strerror(errno);
+      ::close(fd_);
+      throw error(errc::system, "cannot write trace file " + path + ": " + why);
+    }
+    buf_.clear();
+  }
+
+  trace_writer(const trace_writer&) = delete;
+  trace_writer& operator=(const trace_writer&) = delete;
+
+  /// Writes the buffered events and the closing "]", and closes the file.
+  ~trace_writer() {
+    std::lock_guard lk(m_);
+    buf_ += "\n]\n";
+    flush_locked();
+    ::close(fd_);
+  }
+
+  /// One complete span ("ph":"X") on the calling thread's track. `args_json` is either empty or the
+  /// text of a JSON object written by the caller, e.g. {"seq":17,"bytes":4096}; name/category are escaped.
+  /// An `end` before `start` gives a zero duration. Throws gsync::error(errc::invalid_argument) when
+  /// `args_json` is not empty and not enclosed in braces.
+  void complete(std::string_view name, std::string_view category, std::chrono::steady_clock::time_point start,
+                std::chrono::steady_clock::time_point end, std::string_view args_json = {}) {
+    check_args(args_json);
+    const int tid = detail::trace_thread_number();
+    const long long ts = to_epoch_ns(start);
+    const long long dur = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    std::lock_guard lk(m_);
+    if (failed_) return;
+    begin_event(name, category, tid);
+    buf_ += "\"ph\":\"X\",\"ts\":";
+    detail::append_ns_as_us(buf_, ts);
+    buf_ += ",\"dur\":";
+    detail::append_ns_as_us(buf_, dur);
+    end_event(tid, args_json);
+    if (buf_.size() >= flush_bytes) flush_locked();
+  }
+
+  /// An instant event ("ph":"i", thread scope) at the current time, e.g. an error; written to the
+  /// file at once. Throws like `complete` for bad `args_json`.
+  void instant(std::string_view name, std::string_view category, std::string_view args_json = {}) {
+    check_args(args_json);
+    const int tid = detail::trace_thread_number();
+    const long long ts = to_epoch_ns(std::chrono::steady_clock::now());
+    std::lock_guard lk(m_);
+    if (failed_) return;
+    begin_event(name, category, tid);
+    buf_ += "\"ph\":\"i\",\"s\":\"t\",\"ts\":";
+    detail::append_ns_as_us(buf_, ts);
+    end_event(tid, args_json);
+    flush_locked();
+  }
+
+  /// Writes the buffered events to the file.
+  void flush() {
+    std::lock_guard lk(m_);
+    flush_locked();
+  }
+
+  /// The file this writer writes.
+  const std::string& path() const noexcept { return path_; }
+  /// The rank whose timeline this is.
+  int rank() const noexcept { return rank_; }
+  /// The "pid" of this rank's events: rank + 1 (see the file comment).
+  int pid() const noexcept { return rank_ + 1; }
+
+  /// Events are written to the file when the buffer passes this many bytes.
+  static constexpr std::size_t flush_bytes = 64 * 1024;
+
+ private:
+  static void check_rank(int rank) {
+    if (rank < 0)
+      throw error(errc::invalid_argument, "trace_writer: rank " + std::to_string(rank) + " is negative");
+  }
+
+  static void check_args(std::string_view args_json) {
+    if (!args_json.empty() && (args_json.front() != '{' || args_json.back() != '}'))
+      throw error(errc::invalid_argument, "trace_writer: args_json '" + std::string(args_json.substr(0, 80)) +
+                                              "' is not a JSON object (it must be empty or {...})");
+  }
+
+  long long to_epoch_ns(std::chrono::steady_clock::time_point t) const noexcept {
+    return epoch_ns_at_steady0_ + std::chrono::duration_cast<std::chrono::nanoseconds>(t - steady0_).count();
+  }
+
+  // Separator, thread metadata on the thread's first event, and the event's name and category (m_ held).
+  void begin_event(std::string_view name, std::string_view category, int tid) {
+    const auto t = static_cast<std::size_t>(tid);
+    if (t >= named_threads_.size()) named_threads_.resize(t + 1, false);
+    if (!named_threads_[t]) {
+      named_threads_[t] = true;
+      buf_ += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":";
+      detail::append_int(buf_, pid());
+      buf_ += ",\"tid\":";
+      detail::append_int(buf_, tid);
+      buf_ += ",\"args\":{\"name\":\"thread ";
+      detail::append_int(buf_, tid);
+      buf_ += "\"}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":";
+      detail::append_int(buf_, pid());
+      buf_ += ",\"tid\":";
+      detail::append_int(buf_, tid);
+      buf_ += ",\"args\":{\"sort_index\":";
+      detail::append_int(buf_, tid);
+      buf_ += "}}";
+    }
+    buf_ += ",\n{\"name\":\"";
+    detail::json_escape_append(buf_, name);
+    buf_ += "\",\"cat\":\"";
+    detail::json_escape_append(buf_, category);
+    buf_ += "\",";
+  }
+
+  // pid, tid, args and the closing brace (m_ held).
+  void end_event(int tid, std::string_view args_json) {
+    buf_ += ",\"pid\":";
+    detail::append_int(buf_, pid());
+    buf_ += ",\"tid\":";
+    detail::append_int(buf_, tid);
+    if (!args_json.empty()) {
+      buf_ += ",\"args\":";
+      buf_ += args_json;
+    }
+    buf_ += '}';
+  }
+
+  bool write_all(const char* p, std::size_t n) noexcept {
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+
+  // Writes the buffer; on a write error, warns once and drops every later event (m_ held).
+  void flush_locked() noexcept {
+    if (buf_.empty()) return;
+    if (!failed_ && !write_all(buf_.data(), buf_.size())) {
+      failed_ = true;
+      try {
+        logger(rank_).warn("cannot write trace file " + path_ + ": " + std::strerror(errno) +
+                           "; the rest of this rank's trace is dropped");
+      } catch (...) {
+      }
+    }
+    buf_.clear();
+  }
+
+  std::string path_;
+  int rank_ = 0;
+  int fd_ = -1;
+  std::chrono::steady_clock::time_point steady0_;
+  long long epoch_ns_at_steady0_ = 0;
+  std::mutex m_;
+  std::string buf_;                  // formatted events not yet written
+  std::vector<bool> named_threads_;  // tids whose thread_name event is written
+  bool failed_ = false;              // a write failed: events are dropped
+};
+
+/// RAII span for user code: `{ gsync::trace_span s(writer, "step", "train", R"({"step":3})"); ... }`
+/// (writer may be nullptr: then it does nothing and costs nothing beyond a branch). The span starts
+/// at construction and is written by the destructor (or by `end()`, if called first). Name,
+/// category and args are copied when the writer is set, so temporaries may be passed. The writer
+/// must outlive the span. Throws gsync::error(errc::invalid_argument) at construction when
+/// `args_json` is not empty and not a JSON object; the destructor never throws (an event that cannot
+/// be formatted is dropped).
+class trace_span {
+ public:
+  /// Starts a span on `writer` (nothing when null).
+  trace_span(trace_writer* writer, std::string_view name, std::string_view category,
+             std::string_view args_json = {})
+      : w_(writer) {
+    if (w_ == nullptr) return;
+    if (!args_json.empty() && (args_json.front() != '{' || args_json.back() != '}'))
+      throw error(errc::invalid_argument, "trace_span: args_json '" + std::string(args_json.substr(0, 80)) +
+                                              "' is not a JSON object (it must be empty or {...})");
+    text_.reserve(name.size() + category.size() + args_json.size());
+    text_.append(name).append(category).append(args_json);
+    name_len_ = name.size();
+    category_len_ = category.size();
+    start_ = std::chrono::steady_clock::now();
+  }
+  /// Starts a span on the writer `writer` holds (nothing when null).
+  trace_span(const std::shared_ptr<trace_writer>& writer, std::string_view name, std::string_view category,
+             std::string_view args_json = {})
+      : trace_span(writer.get(), name, category, args_json) {}
+
+  trace_span(const trace_span&) = delete;
+  trace_span& operator=(const trace_span&) = delete;
+
+  /// Ends the span now, if it has not ended yet.
+  ~trace_span() { end(); }
+
+  /// Ends the span now and writes it; later calls (and the destructor) do nothing.
+  void end() noexcept {
+    if (w_ == nullptr) return;
+    trace_writer* w = w_;
+    w_ = nullptr;
+    const auto stop = std::chrono::steady_clock::now();
+    const std::string_view t(text_);
+    try {
+      w->complete(t.substr(0, name_len_), t.substr(name_len_, category_len_), start_, stop,
+                  t.substr(name_len_ + category_len_));
+    } catch (...) {
+    }
+  }
+
+ private:
+  trace_writer* w_;
+  std::string text_;  // name, category and args, back to back
+  std::size_t name_len_ = 0;
+  std::size_t category_len_ = 0;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+}  // namespace gsync

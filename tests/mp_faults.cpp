@@ -1,0 +1,232 @@
+// Multi-process fault program: every rank goes to one named point of a gsync job and stays there,
+// so that a script (tests/mp_kill_points.sh) can SIGKILL one rank at that point and check how the
+// others fail.
+//
+//   mp_faults --mode MODE --victim K [--watchdog-s S] [--mib M] [--root R]
+//
+// Rank, world size and store address come from the environment, as for any gsync program
+// (GSYNC_RANK, GSYNC_WORLD_SIZE, GSYNC_MASTER_PORT, or gsyncrun). Rank K is the one the script
+// kills; the others are survivors. When a rank has reached its point it prints
+// "READY <mode> rank R pid P" on stdout (flushed), then loops or blocks there. Modes:
+//
+//   setup    connection setup. The victim does what a rank does at the start of its own setup,
+//            by hand, and stops there: it says hello to the store (serving the store itself when
+//            it is rank 0), publishes the nonce (rank 0) and the address of a listening socket it
+//            never accepts on. The survivors sit in the communicator's constructor: lower ranks
+//            waiting for the victim to connect, higher ranks in the authentication handshake
+//            with the victim's socket.
+//   store    waiting in the store. The victim says hello to the store (serving it when it is rank
+//            0) and never publishes its address (or, as rank 0, the nonce): the survivors wait
+//            in the store for a key only the victim could set, or for the victim to connect.
+//   ring     mid-ring: a stream of in-place allreduces of M MiB of float32 (default 64; the
+//            script forces the ring with GSYNC_ALGO=ring). Every rank, the victim included, loops.
+//   barrier  a stream of barriers, every rank (the victim included) looping.
+//   idle     idle in a barrier: after one common barrier the survivors enter another one that the
+//            victim never calls (it sleeps).
+//   bcast    a stream of broadcasts of M MiB (default 16) from root R (default 0).
+//   allgather a stream of allgathers of M MiB (default 4) blocks.
+//   p2p      point-to-point: the victim sends M MiB (default 1) to each survivor in turn, forever;
+//            each survivor receives from the victim in a loop.
+//   async    a stream of allreduce_async of M MiB (default 16), each waited for (survivors block
+//            in request::wait while the progress engine runs the operation).
+//
+// On a gsync::error a rank prints "rank R: <kind> after T ms in <mode>: <message>" on stderr and
+// exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45 another gsync::error
+// kind, 46 another exception. A rank still at its point --watchdog-s seconds (default 30) after
+// READY prints "WATCHDOG" and exits 47, so that a hang fails the script instead of stalling it.
+
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gsync/gsync.hpp>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Command-line settings.
+struct options {
+  std::string mode;
+  int victim = -1;
+  int watchdog_s = 30;
+  double mib = -1;  // per mode default when negative
+  int root = 0;
+};
+
+std::atomic<long long> ready_ns{0};  // steady-clock time of READY (0: not yet)
+
+void say_ready(const options& o, int rank) {
+  ready_ns = clock_type::now().time_since_epoch().count();
+  std::printf("READY %s rank %d pid %ld\n", o.mode.c_str(), rank, static_cast<long>(::getpid()));
+  std::fflush(stdout);
+}
+
+/// Exits 47 when this rank is still running `s` seconds after it said READY.
+void start_watchdog(int s) {
+  std::thread([s] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const long long r = ready_ns.load();
+      if (r == 0) continue;
+      if (clock_type::now().time_since_epoch().count() - r > std::chrono::nanoseconds(std::chrono::seconds(s)).count()) {
+        std::fprintf(stderr, "WATCHDOG: still blocked %d s after READY\n", s);
+        std::fflush(stderr);
+        std::_Exit(47);
+      }
+    }
+  }).detach();
+}
+
+[[noreturn]] void sleep_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+std::size_t elements(const options& o, double default_mib, std::size_t elem_bytes) {
+  const double mib = o.mib >= 0 ? o.mib : default_mib;
+  return static_cast<std::size_t>(mib * 1024 * 1024) / elem_bytes;
+}
+
+/// The victim of modes setup and store: the first steps of a rank's setup, done by hand (the
+/// communicator's constructor cannot be stopped half-way), then nothing. Never returns.
+[[noreturn]] void partial_setup_victim(const options& o, const gsync::bootstrap::launch_info& li) {
+  namespace bs = gsync::bootstrap;
+  const bs::auth::job_key key = li.job_key ? bs::auth::job_key(*li.job_key) : bs::auth::job_key::from_env();
+  const gsync::deadline dl = clock_type::now() + std::chrono::seconds(60);
+  std::unique_ptr<bs::store_server> server;
+  if (li.rank == 0) server = std::make_unique<bs::store_server>("127.0.0.1", li.master_port, gsync::logger(li.rank), key);
+  bs::store_client store(li.master_addr, li.master_port, dl, key);
+  store.hello(li.rank, dl);  // from here on the store knows this rank: its death is a loss
+  asio::io_context io;
+  asio::ip::tcp::acceptor acc(io);
+  if (o.mode == "setup") {
+    if (li.rank == 0) store.set("gsync/nonce", "12345", dl);
+    // A listening socket whose connections are never accepted: peers that connect complete the
+    // TCP handshake in the kernel and then wait for the authentication reply forever.
+    asio::ip::tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), 0);
+    acc.open(ep.protocol());
+    acc.bind(ep);
+    acc.listen(64);
+    const auto me = acc.local_endpoint();
+    store.set("gsync/addr/" + std::to_string(li.rank), me.address().to_string() + " " + std::to_string(me.port()), dl);
+  }
+  say_ready(o, li.rank);
+  sleep_forever();
+}
+
+void run_mode(const options& o, gsync::tcp_communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  const bool victim = r == o.victim;
+  if (o.mode == "ring") {
+    std::vector<float> v(elements(o, 64, sizeof(float)), static_cast<float>(r));
+    gsync::allreduce(comm, std::span<float>{v}, gsync::op::max{});
+    say_ready(o, r);
+    for (;;) gsync::allreduce(comm, std::span<float>{v}, gsync::op::max{});
+  } else if (o.mode == "barrier") {
+    gsync::barrier(comm);
+    say_ready(o, r);
+    for (;;) gsync::barrier(comm);
+  } else if (o.mode == "idle") {
+    gsync::barrier(comm);
+    say_ready(o, r);
+    if (victim) sleep_forever();
+    gsync::barrier(comm);
+    throw std::runtime_error("a barrier without the victim returned");
+  } else if (o.mode == "bcast") {
+    std::vector<float> v(elements(o, 16, sizeof(float)), static_cast<float>(r));
+    gsync::broadcast(comm, std::span<float>{v}, o.root);
+    say_ready(o, r);
+    for (;;) gsync::broadcast(comm, std::span<float>{v}, o.root);
+  } else if (o.mode == "allgather") {
+    const std::size_t c = elements(o, 4, sizeof(float));
+    std::vector<float> in(c, static_cast<float>(r)), out(c * static_cast<std::size_t>(n));
+    gsync::allgather(comm, std::span<const float>{in}, std::span<float>{out});
+    say_ready(o, r);
+    for (;;) gsync::allgather(comm, std::span<const float>{in}, std::span<float>{out});
+  } else if (o.mode == "p2p") {
+    std::vector<float> v(elements(o, 1, sizeof(float)), static_cast<float>(r));
+    if (victim) {
+      for (int p = 0; p < n; ++p)
+        if (p != r) gsync::send(comm, std::span<const float>{v}, p, 7);
+      say_ready(o, r);
+      for (;;)
+        for (int p = 0; p < n; ++p)
+          if (p != r) gsync::send(comm, std::span<const float>{v}, p, 7);
+    }
+    gsync::recv(comm, std::span<float>{v}, o.victim, 7);
+    say_ready(o, r);
+    for (;;) gsync::recv(comm, std::span<float>{v}, o.victim, 7);
+  } else if (o.mode == "async") {
+    std::vector<float> v(elements(o, 16, sizeof(float)), static_cast<float>(r));
+    gsync::allreduce_async(comm, std::span<float>{v}, gsync::op::max{}).wait();
+    say_ready(o, r);
+    for (;;) gsync::allreduce_async(comm, std::span<float>{v}, gsync::op::max{}).wait();
+  } else {
+    throw gsync::error(gsync::errc::invalid_argument, "unknown --mode '" + o.mode + "'");
+  }
+}
+
+int exit_code(gsync::errc k) {
+  switch (k) {
+    case gsync::errc::peer_lost: return 42;
+    case gsync::errc::timeout: return 43;
+    case gsync::errc::mismatch: return 44;
+    default: return 45;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has = i + 1 < argc;
+    if (a == "--mode" && has) o.mode = argv[++i];
+    else if (a == "--victim" && has) o.victim = std::atoi(argv[++i]);
+    else if (a == "--watchdog-s" && has) o.watchdog_s = std::atoi(argv[++i]);
+    else if (a == "--mib" && has) o.mib = std::atof(argv[++i]);
+    else if (a == "--root" && has) o.root = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async --victim K "
+                           "[--watchdog-s S] [--mib M] [--root R]\n");
+      return 2;
+    }
+  }
+  if (o.mode.empty() || o.victim < 0) {
+    std::fprintf(stderr, "mp_faults: --mode and --victim are required\n");
+    return 2;
+  }
+  start_watchdog(o.watchdog_s);
+  int rank = -1;
+  const auto t0 = clock_type::now();
+  try {
+    const auto li = gsync::bootstrap::launch_info::from_env();
+    rank = li.rank;
+    if (o.victim >= li.size) throw gsync::error(gsync::errc::invalid_argument, "--victim is not a rank of this job");
+    const bool early = o.mode == "setup" || o.mode == "store";
+    if (early && rank == o.victim) partial_setup_victim(o, li);
+    if (early) say_ready(o, rank);  // about to block in the constructor
+    auto comm = gsync::tcp_communicator::from_env();
+    if (early) throw std::runtime_error("the communicator was constructed without the victim");
+    run_mode(o, comm);
+  } catch (const gsync::error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+    std::fprintf(stderr, "rank %d: %s after %lld ms in %s: %s\n", rank, e.code().message().c_str(), static_cast<long long>(ms),
+                 o.mode.c_str(), e.what());
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: unexpected exception in %s: %s\n", rank, o.mode.c_str(), e.what());
+    return 46;
+  }
+  return 0;
+}

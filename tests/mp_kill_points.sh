@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# SIGKILL one rank at a chosen point of a gsync job and check how the others fail (issue 5: "a
+# rank killed at any point of any collective: every surviving rank raises gsync::error peer_lost,
+# naming the lost rank, within 5 s with default settings").
+#
+#   mp_kill_points.sh MP_FAULTS GSYNCRUN
+#
+# For each row of the plan below: start N ranks of tests/mp_faults.cpp at point MODE (over shared
+# memory, or over TCP with GSYNC_SHM_DISABLE=1), wait until every rank printed READY, SIGKILL the
+# victim (rank 0 included: it serves the store), and assert that
+#   - the victim died of the SIGKILL (137), so the kill really happened at that point;
+#   - every survivor exited 42 (gsync::error peer_lost; 43 timeout, 44 mismatch, 45 another kind,
+#     46 another exception, 47 still blocked 8 s after READY, i.e. a hang);
+#   - the survivor's error message names the killed rank ("rank K");
+#   - the last survivor exited less than 5 s after the kill (measured with date +%s%N);
+#   - no /dev/shm/gsync-PID-* segment of any of the job's processes is left.
+# GSYNC_TIMEOUT_S is unset: detection must not rely on a short deadline. Then once through
+# gsyncrun: kill a rank it started; gsyncrun must exit with that rank's status (137) and name it.
+# Ports are random in 10000..29999, retried when the store's port is taken. Every row runs (a
+# failing row does not stop the others); the table at the end shows each one, and the script
+# exits 1 if any row failed.
+set -u
+prog=${1:?usage: mp_kill_points.sh MP_FAULTS GSYNCRUN}
+gsyncrun=${2:?usage: mp_kill_points.sh MP_FAULTS GSYNCRUN}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gsync_kill_points.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+unset GSYNC_TIMEOUT_S GSYNC_ALGO GSYNC_SHM_DISABLE GSYNC_JOB_KEY GSYNC_RANK GSYNC_WORLD_SIZE GSYNC_MASTER_PORT
+unset GSYNC_ALGO_BROADCAST GSYNC_ALGO_ALLGATHER GSYNC_HOST_ID GSYNC_SEGMENT_BYTES
+limit_ms=5000
+watchdog_s=8
+now_ns() { date +%s%N; }
+
+rows=()
+failed=0
+# add_row POINT TRANSPORT N VICTIM SURVIVORS MS_LAST ROW_START_NS VERDICT
+add_row() {
+  rows+=("$(printf '%-10s %-5s %2s %6s  %-12s %8s %7s  %s' "$1" "$2" "$3" "$4" "$5" "$6" $((($(now_ns) - $7) / 1000000)) "$8")")
+}
+script_start=$(now_ns)
+
+# run_point MODE TRANSPORT N VICTIM [extra mp_faults args...]
+#   TRANSPORT: shm (one host, shared memory) or tcp (GSYNC_SHM_DISABLE=1)
+run_point() {
+  local mode=$1 transport=$2 n=$3 victim=$4
+  shift 4
+  local extra=("$@")
+  local row_start
+  row_start=$(now_ns)
+  local attempt pids codes start ms taken r why=""
+  for attempt in 1 2 3; do
+    rm -f "$tmp"/out.* "$tmp"/err.*
+    local port=$((10000 + RANDOM % 20000))
+    pids=()
+    for ((r = 0; r < n; r++)); do
+      if [ "$transport" = tcp ]; then
+        GSYNC_SHM_DISABLE=1 GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
+          "$prog" --mode "$mode" --victim "$victim" --watchdog-s $watchdog_s "${extra[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
+      else
+        GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
+          "$prog" --mode "$mode" --victim "$victim" --watchdog-s $watchdog_s "${extra[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
+      fi
+      pids+=($!)
+    done
+    # Wait (at most 20 s) until every rank is at its point, or one has already exited.
+    local ready=0 gone=0 i
+    for ((i = 0; i < 1000; i++)); do
+      ready=$(cat "$tmp"/out.* 2>/dev/null | grep -c '^READY')
+      [ "$ready" -ge "$n" ] && break
+      gone=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || gone=1; done
+      [ "$gone" = 1 ] && break
+      sleep 0.02
+    done
+    taken=0
+    grep -q "cannot listen" "$tmp"/err.* 2>/dev/null && taken=1
+    if [ "$ready" -lt "$n" ]; then
+      for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+      for p in "${pids[@]}"; do { wait "$p"; } 2>/dev/null; done
+      if [ "$taken" = 1 ]; then echo "port $port taken; retrying"; why="the store's port was taken 3 times"; continue; fi
+      why="only $ready of $n ranks reached the point"
+      codes=(); ms=-1
+      break
+    fi
+    # Setup and store points: the survivors printed READY just before entering the constructor;
+    # give them time to block inside it. Loops: kill at a random moment of the stream.
+    case $mode in
+      setup|store) sleep 0.4 ;;
+      *) sleep "0.$(printf '%03d' $((RANDOM % 300)))" ;;
+    esac
+    start=$(now_ns)
+    kill -9 "${pids[$victim]}"
+    codes=()
+    for p in "${pids[@]}"; do { wait "$p"; } 2>/dev/null; codes+=($?); done
+    ms=$((($(now_ns) - start) / 1000000))
+    # At the setup points the survivors said READY before the store was up: a taken port shows here.
+    if grep -q "cannot listen" "$tmp"/err.* 2>/dev/null; then echo "port $port taken; retrying"; why="the store's port was taken 3 times"; continue; fi
+    why=""
+    break
+  done
+  # Checks.
+  if [ -z "$why" ]; then
+    [ "${codes[$victim]}" = 137 ] || why="the victim exited ${codes[$victim]} before the kill"
+  fi
+  if [ -z "$why" ]; then
+    for ((r = 0; r < n; r++)); do
+      [ "$r" = "$victim" ] && continue
+      if [ "${codes[$r]}" != 42 ]; then why="rank $r exited ${codes[$r]}, not 42 (peer_lost)"; break; fi
+      local line
+      line=$(grep -m1 "^rank $r: " "$tmp/err.$r")
+      if ! printf '%s\n' "$line" | sed "s/^rank $r: //" | grep -Eq "rank $victim([^0-9]|\$)"; then
+        why="rank $r does not name rank $victim: ${line:-<no error line>}"
+        break
+      fi
+    done
+  fi
+  if [ -z "$why" ] && [ "$ms" -ge "$limit_ms" ]; then why="the last survivor exited ${ms} ms after the kill"; fi
+  if [ -z "$why" ]; then
+    local p left
+    for p in "${pids[@]}"; do
+      left=$(ls /dev/shm 2>/dev/null | grep "^gsync-$p-" || true)
+      if [ -n "$left" ]; then
+        why="left in /dev/shm: $left"
+        rm -f /dev/shm/gsync-"$p"-*
+        break
+      fi
+    done
+  fi
+  local surv=""
+  for ((r = 0; r < n; r++)); do [ "$r" = "$victim" ] || surv+="${surv:+,}${codes[$r]:-?}"; done
+  local verdict=ok
+  if [ -n "$why" ]; then
+    verdict="FAIL: $why"
+    failed=1
+    echo "---- $mode/$transport N=$n victim $victim failed: $why"
+    for ((r = 0; r < n; r++)); do sed "s/^/  [$r] /" "$tmp/err.$r" 2>/dev/null | grep -v 'GSYNC_JOB_KEY is not set'; done
+  fi
+  add_row "$mode" "$transport" "$n" "$victim" "$surv" "$ms" "$row_start" "$verdict"
+}
+
+# point      transport N victim (extra)
+run_point setup     shm 4 2
+run_point setup     shm 3 0
+run_point store     shm 4 1
+run_point store     shm 4 3
+run_point store     shm 3 0
+run_point ring      shm 4 1
+run_point ring      tcp 4 2 --mib 16
+run_point ring      shm 3 0
+run_point ring      tcp 3 0 --mib 16
+run_point barrier   shm 3 2
+run_point barrier   tcp 4 1
+run_point idle      shm 3 1
+run_point idle      tcp 4 0
+run_point bcast     shm 4 2 --root 0
+run_point bcast     tcp 4 0 --root 0
+run_point allgather shm 3 1
+run_point allgather tcp 4 3
+run_point p2p       shm 3 1
+run_point p2p       tcp 4 2
+run_point async     shm 3 1
+run_point async     tcp 4 2
+
+# Through gsyncrun: kill rank 2 of 4 mid-ring; gsyncrun must exit 137 (the first failure, a
+# SIGKILL) and name rank 2 in its output.
+gr_why=""
+gr_start=$(now_ns)
+"$gsyncrun" -n 4 -x GSYNC_ALGO=ring -- "$prog" --mode ring --victim 2 --mib 16 --watchdog-s $watchdog_s >"$tmp/gsyncrun.out" 2>&1 &
+gr=$!
+vpid=""
+for ((i = 0; i < 1000; i++)); do
+  [ "$(grep -c 'READY ring' "$tmp/gsyncrun.out")" -ge 4 ] && break
+  kill -0 "$gr" 2>/dev/null || break
+  sleep 0.02
+done
+vpid=$(sed -n 's/^\[2\] READY ring rank 2 pid \([0-9]*\).*/\1/p' "$tmp/gsyncrun.out" | head -1)
+if [ -z "$vpid" ]; then
+  gr_why="rank 2 of gsyncrun's job never reached the ring"
+  kill "$gr" 2>/dev/null
+  wait "$gr"
+  gr_rc=$?
+  gr_ms=-1
+else
+  sleep 0.1
+  start=$(now_ns)
+  kill -9 "$vpid"
+  wait "$gr"
+  gr_rc=$?
+  gr_ms=$((($(now_ns) - start) / 1000000))
+  if [ "$gr_rc" != 137 ]; then gr_why="gsyncrun exited $gr_rc, not 137 (rank 2's SIGKILL)"
+  elif ! grep -Eq "rank 2 \(pid $vpid\) killed by signal" "$tmp/gsyncrun.out"; then gr_why="gsyncrun's output does not name rank 2 as killed"
+  elif [ "$gr_ms" -ge 10000 ]; then gr_why="gsyncrun took ${gr_ms} ms after the kill"
+  fi
+fi
+if [ -n "$gr_why" ]; then
+  failed=1
+  echo "---- gsyncrun failed: $gr_why"
+  sed 's/^/  /' "$tmp/gsyncrun.out" | grep -v 'GSYNC_JOB_KEY is not set'
+  add_row gsyncrun shm 4 2 "rc=$gr_rc" "$gr_ms" "$gr_start" "FAIL: $gr_why"
+else
+  add_row gsyncrun shm 4 2 "rc=$gr_rc" "$gr_ms" "$gr_start" "ok ($(grep -m1 -o 'rank 2 (pid [0-9]*) killed by signal [A-Z0-9]*' "$tmp/gsyncrun.out"))"
+fi
+
+echo
+printf '%-10s %-5s %2s %6s  %-12s %8s %7s  %s\n' point trans N victim survivors ms_last row_ms verdict
+for row in "${rows[@]}"; do echo "$row"; done
+echo "(survivor codes: 42 peer_lost, 43 timeout, 44 mismatch, 45 other gsync::error, 46 other exception, 47 hang)"
+echo "total $((($(now_ns) - script_start) / 1000000)) ms"
+if [ "$failed" = 1 ]; then echo FAIL; exit 1; fi
+echo PASS
