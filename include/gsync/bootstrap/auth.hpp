@@ -23,6 +23,7 @@
 /// unauthenticated.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -71,9 +72,8 @@ class job_key {
   static job_key from_env() {
     auto v = detail::env("GSYNC_JOB_KEY");
     if (!v || v->empty()) {
-      static bool warned = false;  // once per process: every connection would repeat it
-      if (!warned) {
-        warned = true;
+      static std::atomic<bool> warned{false};  // once per process (ranks may join from several threads at once)
+      if (!warned.exchange(true, std::memory_order_relaxed)) {
         logger(-1).warn(
             "GSYNC_JOB_KEY is not set: connections are NOT authenticated, any process that can reach this job's "
             "ports can join it (gsyncrun sets a key per job; set the same secret on every rank otherwise)");

@@ -177,13 +177,17 @@ class tcp {
       if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
       if (opt_.spin_us < 0) {
         const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        const int local = li.local_size > 0 ? li.local_size : local_size_;
+        // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
+        // identities), or more when other "hosts" (containers, network namespaces) run on the
+        // same kernel, as the fake hosts of benchmarks/netcluster.sh do.
+        const int local = std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_);
         opt_.spin_us = static_cast<unsigned>(local) <= cores ? 50 : 0;
       }
       const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
       name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
       log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
-                std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, spin " +
+                std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
+                std::to_string(machine_ranks_) + " on this machine, spin " +
                 std::to_string(opt_.spin_us) + " us)");
     } catch (const error& e) {
       // Tell the store why, before its connection drops: the store then reports this rank as
@@ -266,6 +270,7 @@ class tcp {
   /// Queues [src, src+n) for `peer` and writes what the kernel accepts now.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
     check_usable();
+    if (id.tag < 0x80000000u) cur_op_ = id.seq;
     check_peer(peer);
     auto& c = peers_[peer];
     c.q.push_back(send_op{make_header(id, n), src, n, 0});
@@ -281,6 +286,7 @@ class tcp {
   /// Receives the next message from `peer` into dst (header checked against id and n).
   void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
     check_usable();
+    if (id.tag < 0x80000000u) cur_op_ = id.seq;
     check_peer(peer);
     frame_header h;
     if (peers_[peer].shm) {
@@ -299,6 +305,7 @@ class tcp {
   void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
     check_usable();
+    if (id.tag < 0x80000000u) cur_op_ = id.seq;
     check_peer(peer);
     if (align == 0 || align > opt_.staging_bytes) align = 1;
     frame_header h;
@@ -468,10 +475,16 @@ class tcp {
   // rank's segment (a ring per local rank), publish its name, map every local peer's segment.
   // A pair uses shared memory only when both ranks have a segment, so both sides always agree.
   void setup_shm(const bootstrap::launch_info& li, deadline dl) {
-    const std::string me = bootstrap::host_id(li.host_id);
-    store_->set("gsync/host/" + std::to_string(rank_), me, dl);
+    const std::string me = bootstrap::host_id(li.host_id), kernel = bootstrap::kernel_id();
+    store_->set("gsync/host/" + std::to_string(rank_), kernel + "\n" + me, dl);  // kernel id first: it has no newline
     std::vector<std::string> ids(static_cast<std::size_t>(size_));
-    for (int j = 0; j < size_; ++j) ids[j] = j == rank_ ? me : store_->get("gsync/host/" + std::to_string(j), dl);
+    machine_ranks_ = 0;
+    for (int j = 0; j < size_; ++j) {
+      const std::string r = j == rank_ ? kernel + "\n" + me : store_->get("gsync/host/" + std::to_string(j), dl);
+      const auto nl = r.find('\n');
+      ids[j] = nl == std::string::npos ? r : r.substr(nl + 1);
+      machine_ranks_ += r.substr(0, nl) == kernel;
+    }
     topo_ = topology::from_ids(ids);
     const std::vector<int>& local = topo_.ranks_on(topo_.host_of(rank_));
     local_size_ = static_cast<int>(local.size());
@@ -1052,11 +1065,18 @@ class tcp {
   // `peer`, which this rank is not waiting for, closed its connection: fail with its failure
   // record if it left one, else (it left normally, or died: the peers it was talking to will
   // report that) stop watching it.
+  // Only a failure during this collective or an earlier one ends the current operation: a peer
+  // that has finished its part and failed in a later collective, or one this point-to-point
+  // message does not involve, is met (as a closed stream) when it is next needed.
   void closed_elsewhere(int peer, message_id id) {
     peers_[peer].closed = true;
+    if (id.tag >= 0x80000000u || id.seq == 0) return;
     try {
       const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (!store_->check(failed_key(peer), d)) return;
+      const std::string at = store_->check(failed_key(peer) + "/op", d) ? store_->get(failed_key(peer) + "/op", d) : "0";
+      const std::uint64_t op = std::strtoull(at.c_str(), nullptr, 10);
+      if (op > id.seq) return;
     } catch (const error&) {
       return;
     }
@@ -1082,6 +1102,8 @@ class tcp {
         }
       } catch (const error&) {
         if (broken_) throw;  // the fail() above
+        if (rank_ != 0 && peer != 0)  // the store, served by rank 0, is gone too: say so, it is likely the cause
+          fail(errc::peer_lost, msg + "; the store (served by rank 0) cannot be reached either: rank 0 has probably died first", 0);
       }
     }
     fail(errc::peer_lost, msg, culprit);
@@ -1104,7 +1126,9 @@ class tcp {
       broken_msg_ = msg;
       if (kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) {  // abort() recorded its own
         try {
-          store_->set(failed_key(rank_), failure_record(kind, msg), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+          const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+          store_->set(failed_key(rank_) + "/op", std::to_string(cur_op_), d);  // before the record: readers see both
+          store_->set(failed_key(rank_), failure_record(kind, msg), d);
         } catch (const std::exception&) {
         }
       }
@@ -1149,6 +1173,8 @@ class tcp {
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
   int local_size_ = 1;
+  int machine_ranks_ = 1;
+  std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records  // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
   topology topo_;
   shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
