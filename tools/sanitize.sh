@@ -11,11 +11,13 @@
 # libcrypto (GSYNC_HAVE_OPENSSL, -lcrypto); auto: when <openssl/hmac.h> is there.
 #
 # Which tests go where (the compile of these test files dominates the cost; see the lists below):
-#   ASan+UBSan: memory and UB on the failure, bootstrap, auth, shared-memory, collectives, mismatch
-#               and async paths (teardown after errors, partial frames, the store's parser, ...).
+#   ASan+UBSan: memory and UB on the failure, auth, shared-memory and mismatch paths (teardown after
+#               errors, partial frames, failure notices, the store's parser, ...).
 #   TSan:       the threaded parts: the async progress engine, in-process and TCP worlds of threads,
-#               the shared-memory transport's setup, teardown and failure paths (not its rings:
-#               see tsan_filter), abort() from another thread.
+#               failures and abort() from another thread.
+# The CI budget (30 minutes on 2 cores for the whole suite) limits this stage to about 3 minutes:
+# test_async, test_collectives and test_bootstrap under ASan and test_collectives and test_shm under
+# TSan were measured clean (2026-11-30) and are left out for time; GSYNC_SANITIZE_FULL=1 adds them.
 # Each test file runs in its own process, up to GSYNC_SANITIZE_JOBS at a time.
 # Left out, for compile time (30 s to 4 min each under a sanitizer): the allreduce and collectives
 # sweeps and soak (the same transport and engine paths at many sizes), hierarchical, stall, grad,
@@ -46,8 +48,12 @@ run_limit=${GSYNC_SANITIZE_RUN_TIMEOUT:-300}  # seconds per test file's run; a h
 
 # --- what each build compiles (tests/test_main.cpp, doctest's main, is added to both) ------------
 # Order: most expensive first (measured), so that two parallel compilers finish close together.
-asan_tests=(test_async test_collectives test_mismatch test_failures test_shm test_bootstrap test_auth)
-tsan_tests=(test_async test_mismatch test_collectives test_shm test_failures)
+asan_tests=(test_mismatch test_shm test_failures test_auth)
+tsan_tests=(test_async test_mismatch test_failures)
+if [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ]; then
+  asan_tests=(test_async test_collectives test_mismatch test_failures test_shm test_bootstrap test_auth)
+  tsan_tests=(test_async test_mismatch test_collectives test_shm test_failures)
+fi
 # doctest filters (-tce = exclude test cases by name; commas separate patterns), each with its
 # reason. ASan+UBSan runs every case of its files.
 asan_filter=()

@@ -13,6 +13,7 @@
 /// extra round trip. User operators are one code ("user": two different user functors cannot be
 /// told apart), algorithms outside gsync's set are "custom".
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,30 +47,41 @@ inline constexpr std::uint8_t custom_algo_code = 255;
 
 }  // namespace detail
 
+namespace detail {
+/// Index of `name` in `table` (from 1), else `other`.
+template <std::size_t N>
+constexpr std::uint8_t code_in(const std::string_view (&table)[N], std::string_view name, std::uint8_t other) noexcept {
+  for (std::uint8_t i = 1; i < N; ++i)
+    if (table[i] == name) return i;
+  return other;
+}
+/// Entry `c` of `table`, `other_name` for code `other`, "?" for anything else.
+template <std::size_t N>
+constexpr std::string_view name_in(const std::string_view (&table)[N], std::uint8_t c, std::uint8_t other,
+                                   std::string_view other_name) noexcept {
+  if (c == other) return other_name;
+  return c < N ? table[c] : std::string_view("?");
+}
+}  // namespace detail
+
 /// Code of an operator name: sum, prod, min, max, avg, anything else "user".
 constexpr std::uint8_t op_code(std::string_view name) noexcept {
-  for (std::uint8_t i = 1; i < std::size(detail::op_codes); ++i)
-    if (detail::op_codes[i] == name) return i;
-  return detail::user_op_code;
+  return detail::code_in(detail::op_codes, name, detail::user_op_code);
 }
 
 /// Name of an operator code ("user" for user functors, "?" for an unknown code).
 constexpr std::string_view op_code_name(std::uint8_t c) noexcept {
-  if (c == detail::user_op_code) return "user";
-  return c < std::size(detail::op_codes) ? detail::op_codes[c] : std::string_view("?");
+  return detail::name_in(detail::op_codes, c, detail::user_op_code, "user");
 }
 
 /// Code of an algorithm name (gsync's algorithms; anything else "custom").
 constexpr std::uint8_t algo_code(std::string_view name) noexcept {
-  for (std::uint8_t i = 1; i < std::size(detail::algo_codes); ++i)
-    if (detail::algo_codes[i] == name) return i;
-  return detail::custom_algo_code;
+  return detail::code_in(detail::algo_codes, name, detail::custom_algo_code);
 }
 
 /// Name of an algorithm code ("custom" for algorithms outside gsync, "?" for an unknown code).
 constexpr std::string_view algo_code_name(std::uint8_t c) noexcept {
-  if (c == detail::custom_algo_code) return "custom";
-  return c < std::size(detail::algo_codes) ? detail::algo_codes[c] : std::string_view("?");
+  return detail::name_in(detail::algo_codes, c, detail::custom_algo_code, "custom");
 }
 
 /// The fingerprint of a call on elements `T` with `count` elements, operator code `op` and `root`.

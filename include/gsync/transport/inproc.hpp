@@ -153,18 +153,7 @@ class inproc {
       for (int p = 0; p < size(); ++p) {  // any rank that failed with a mismatch or was aborted: fail now
         if (w_->ranks_[p].gone && (w_->ranks_[p].kind == errc::mismatch || w_->ranks_[p].kind == errc::aborted))
           peer_gone(lk, p, "failed");
-        // a message of this very collective from another rank with another fingerprint: a mismatch
-        // now (the disagreeing ranks may never read from each other, see tcp.hpp cross_check)
-        if (p != rank_ && p != peer && id.tag < 0x80000000u && !w_->box(p, rank_).empty()) {
-          const frame_header& h = w_->box(p, rank_).front().h;
-          if (h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp)) {
-            try {
-              check_header(h, id, static_cast<std::size_t>(h.bytes), rank_, p);
-            } catch (const error& e) {
-              fail(lk, e.kind(), e.what());
-            }
-          }
-        }
+        if (p != peer) cross_check(lk, p, id);
       }
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && q.empty())
         fail(lk, errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
@@ -189,22 +178,23 @@ class inproc {
     if (--sender.pending_sends == 0) sender.cv.notify_all();
   }
 
-  // While this rank waits for its sends of a collective to be taken: a message of that same
-  // collective from a peer with another fingerprint is a mismatch (two ranks that both believe to
-  // be a broadcast's root only send, and would wait for each other until the timeout).
-  void cross_check_sent(std::unique_lock<std::mutex>& lk) {
-    if (last_sent_.tag == 0 || last_sent_.tag >= 0x80000000u) return;
-    for (int p = 0; p < size(); ++p) {
-      if (p == rank_ || w_->box(p, rank_).empty()) continue;
-      const frame_header& h = w_->box(p, rank_).front().h;
-      if (h.tag == last_sent_.tag && h.seq == last_sent_.seq && !(h.fp == last_sent_.fp)) {
-        try {
-          check_header(h, last_sent_, static_cast<std::size_t>(h.bytes), rank_, p);
-        } catch (const error& e) {
-          fail(lk, e.kind(), e.what());
-        }
-      }
+  // A message of collective `id` waiting from rank `p` with another fingerprint is a mismatch now:
+  // the disagreeing ranks may never read from each other (two ranks that both believe to be a
+  // broadcast's root only send, and would wait for each other until the timeout; see tcp.hpp
+  // cross_check). Point-to-point numbers are per pair and not compared.
+  void cross_check(std::unique_lock<std::mutex>& lk, int p, const message_id& id) {
+    if (p == rank_ || id.tag == 0 || id.tag >= 0x80000000u || w_->box(p, rank_).empty()) return;
+    const frame_header& h = w_->box(p, rank_).front().h;
+    if (h.tag != id.tag || h.seq != id.seq || h.fp == id.fp) return;
+    try {
+      check_header(h, id, static_cast<std::size_t>(h.bytes), rank_, p);
+    } catch (const error& e) {
+      fail(lk, e.kind(), e.what());
     }
+  }
+  // While this rank waits for its sends to be taken, the same check against its last message.
+  void cross_check_sent(std::unique_lock<std::mutex>& lk) {
+    for (int p = 0; p < size(); ++p) cross_check(lk, p, last_sent_);
   }
 
   // Withdraws this rank's queued messages, marks it gone (waking every waiter) and waits until no
