@@ -33,10 +33,13 @@
 ///
 /// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down
 /// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
-/// instead of waiting for their own timeouts, and the transport refuses further use. A mismatch
-/// or an abort is first recorded in the store (`gsync/failed/R`: kind and message); a rank that
-/// then sees the connection close looks the record up and fails with the same kind and words, so
-/// every rank of a mismatched call reports the mismatch (both calls spelled out), not a lost peer.
+/// instead of waiting for their own timeouts, and the transport refuses further use. Before the
+/// connections close, the failing rank records its error in the store (`gsync/failed/R`: kind and
+/// message, `gsync/failed/R/op`: the collective it was in) and writes a notice frame (kind, text,
+/// first rank lost) to every peer whose stream is at a message boundary; a rank that then sees
+/// the connection close reads the notice or looks the record up and fails with the same kind and
+/// words, so every rank of a mismatched call reports the mismatch (both calls spelled out) and
+/// every survivor of a killed rank names it, not the neighbour that failed after it.
 /// `abort(reason)` may come from any thread: it records the abort through a store connection of
 /// its own, then shuts the sockets down and rings the doorbells, which wakes this rank's wait.
 ///
