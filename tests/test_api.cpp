@@ -92,7 +92,7 @@ TEST_CASE("argument errors are invalid_argument") {
   });
 }
 
-TEST_CASE("forced ring by template argument and by GSYNC_ALGO; unknown names are rejected") {
+TEST_CASE("forced ring by template argument and by GSYNC_ALGO, unknown names are rejected") {
   gsync::config cfg;
   cfg.algo = "ring";
   gsync_test::run_inproc(3, [](auto& comm, gsync_test::world_sync&) {

@@ -266,7 +266,7 @@ TEST_CASE("async: every collective has an _async form that gives the reference r
   gsync_test::run_shm(2, [](auto& c, world_sync& s) { every_kind(c, s); }, test_config());
 }
 
-TEST_CASE("async: test() turns true while the caller keeps working; started_at <= finished_at") {
+TEST_CASE("async: test() turns true while the caller keeps working, started_at <= finished_at") {
   gsync_test::run_inproc(3, [](auto& comm, world_sync&) {
     std::vector<float> v(200003, 1.0f);
     auto req = gsync::allreduce_async(comm, std::span<float>{v});
@@ -399,7 +399,7 @@ TEST_CASE("async: invalid arguments throw at issue and queue nothing") {
   }, test_config());
 }
 
-TEST_CASE("async: a communicator moved after async work stays usable; destroying one with requests outstanding is clean") {
+TEST_CASE("async: a communicator moved after async work stays usable, destroying one with requests outstanding is clean") {
   gsync_test::run_inproc(3, [](auto& comm, world_sync&) {
     using Comm = std::remove_reference_t<decltype(comm)>;
     const int n = comm.size();

@@ -56,7 +56,7 @@ outcome handshake(const auth::job_key& client_key, const auth::job_key& server_k
 }  // namespace
 
 #if defined(GSYNC_HAVE_OPENSSL)
-TEST_CASE("auth handshake: same key passes; another key, or a key against none, fails on both sides") {
+TEST_CASE("auth handshake: same key passes, another key, or a key against none, fails on both sides") {
   const auth::job_key k1("secret-one"), k2("secret-two"), none;
   auto ok = handshake(k1, k1);
   CHECK(ok.server_ok);
@@ -145,7 +145,7 @@ TEST_CASE("store: strangers (random bytes, wrong key, silent) are dropped while 
 }
 
 #if defined(GSYNC_HAVE_OPENSSL)
-TEST_CASE("job key: a job with a key works; a rank with another key is refused and the others time out naming it") {
+TEST_CASE("job key: a job with a key works, a rank with another key is refused and the others time out naming it") {
   // All ranks with the same key.
   {
     const auto port = gsync_test::free_port();

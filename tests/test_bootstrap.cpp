@@ -24,7 +24,7 @@ struct env_guard {
 gsync::deadline in(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
 }  // namespace
 
-TEST_CASE("store: set/get/add/wait/check across clients; get waits for a later set") {
+TEST_CASE("store: set/get/add/wait/check across clients, get waits for a later set") {
   gsync::bootstrap::store_server srv("127.0.0.1", 0);
   gsync::bootstrap::store_client a("127.0.0.1", srv.port(), in(5s)), b("127.0.0.1", srv.port(), in(5s));
   a.set("k", "v1", in(5s));
@@ -162,7 +162,7 @@ TEST_CASE("TCP congestion control: set before connecting, a refused name leaves 
   });
 }
 
-TEST_CASE("store: a rank that leaves normally is not lost; one that fails is, and waiters hear of it at once") {
+TEST_CASE("store: a rank that leaves normally is not lost, one that fails is, and waiters hear of it at once") {
   gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{});
   const auto port = srv.port();
   const gsync::bootstrap::auth::job_key none;

@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -39,8 +40,14 @@ struct count_case {
   bool large;
 };
 
-constexpr std::size_t large_block = std::size_t{1} << 18;
-constexpr std::size_t large_alltoall_block = std::size_t{1} << 15;
+// The large per-rank block: 2^18 elements (2^15 for alltoall), or GSYNC_TEST_LARGE / 4 (/ 32)
+// when set: the sanitizer stage runs the same cases with smaller blocks.
+std::size_t large_scaled(std::size_t dflt, std::size_t div) {
+  const char* e = std::getenv("GSYNC_TEST_LARGE");
+  return e ? std::max<std::size_t>(std::stoull(e) / div, 2) : dflt;
+}
+const std::size_t large_block = large_scaled(std::size_t{1} << 18, 4);
+const std::size_t large_alltoall_block = large_scaled(std::size_t{1} << 15, 32);
 
 std::vector<count_case> counts_for(int n, std::size_t large) {
   std::vector<count_case> v{{0, 512 << 10, false}, {1, 4, false}};

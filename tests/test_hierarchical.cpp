@@ -96,7 +96,8 @@ TEST_CASE("hierarchical allreduce, in-process ranks placed on hosts") {
 }
 
 TEST_CASE("hierarchical allreduce over shared memory inside hosts and TCP across") {
-  for (auto [n, per] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{6, 2}}) {
+  for (const auto& shape : {std::pair{4, 2}, std::pair{6, 3}, std::pair{6, 2}}) {
+    const int n = shape.first, per = shape.second;  // (not a structured binding: clang 14 cannot capture those)
     errors errs;
     const std::string where = "host N=" + std::to_string(n) + " L=" + std::to_string(per);
     gsync_test::run_mixed(n, per, [&](auto& comm, gsync_test::world_sync& sync) {

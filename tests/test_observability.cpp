@@ -514,7 +514,7 @@ TEST_CASE("json_escape: quotes, backslashes, control characters, UTF-8 kept, inv
   CHECK(v->str().substr(0, 128) == all.substr(0, 128));
 }
 
-TEST_CASE("trace path: %r, %p, %h expanded; .<rank> inserted before .json or appended") {
+TEST_CASE("trace path: %r, %p, %h expanded, .<rank> inserted before .json or appended") {
   using gsync::detail::trace_path_for_rank;
   CHECK(trace_path_for_rank("trace.json", 3) == "trace.3.json");
   CHECK(trace_path_for_rank("/tmp/run/trace.json", 0) == "/tmp/run/trace.0.json");
@@ -730,7 +730,7 @@ TEST_CASE("trace_writer: bad arguments and unopenable files") {
   CHECK(count_of(t, "\"ph\":\"X\"") == 1);  // the rejected events left nothing behind
 }
 
-TEST_CASE("trace_span: null writer does nothing; end() writes once; temporaries are copied") {
+TEST_CASE("trace_span: null writer does nothing, end() writes once, temporaries are copied") {
   {
     gsync::trace_span s(static_cast<gsync::trace_writer*>(nullptr), "step", "train", "not json either");
     s.end();

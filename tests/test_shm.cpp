@@ -122,7 +122,8 @@ TEST_CASE("shm: a bad GSYNC_SHM_BYTES is an invalid_argument error") {
 }
 
 TEST_CASE("shm: mixed job, shared memory inside a host and TCP across") {
-  for (auto [n, per] : {std::pair{4, 2}, std::pair{5, 2}, std::pair{6, 3}}) {
+  for (const auto& shape : {std::pair{4, 2}, std::pair{5, 2}, std::pair{6, 3}}) {
+    const int n = shape.first, per = shape.second;  // (not a structured binding: clang 14 cannot capture those)
     errors errs;
     std::atomic<int> mixed{0};
     gsync_test::run_mixed(n, per, [&](auto& comm, gsync_test::world_sync& sync) {

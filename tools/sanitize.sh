@@ -5,33 +5,30 @@
 #
 #   tools/sanitize.sh [OUT_DIR=build/sanitize] [OPENSSL=auto|0|1]
 #
-# No CMake is involved: the test sources are compiled directly (-O1 -g1 -fno-omit-frame-pointer),
+# No CMake is involved: the test sources are compiled directly (-g1 -fno-omit-frame-pointer; -O0
+# under ASan+UBSan, which compiles these template-heavy files 3-4x faster than -O1; -O1 under TSan),
 # at most GSYNC_SANITIZE_JOBS (default 2) compilers at a time, longest first; objects are reused
 # while their sources, headers and flags are unchanged. OPENSSL says whether the main build uses
 # libcrypto (GSYNC_HAVE_OPENSSL, -lcrypto); auto: when <openssl/hmac.h> is there.
 #
-# Which tests go where (the compile of these test files dominates the cost; see the lists below):
-#   ASan+UBSan: memory and UB on the failure, auth, shared-memory and mismatch paths (teardown after
-#               errors, partial frames, failure notices, the store's parser, ...).
-#   TSan:       the threaded parts: the async progress engine, in-process and TCP worlds of threads,
-#               failures and abort() from another thread.
-# The CI budget (30 minutes on 2 cores for the whole suite) limits this stage to about 3 minutes:
-# test_async, test_collectives and test_bootstrap under ASan and test_collectives and test_shm under
-# TSan were measured clean (2026-11-30) and are left out for time; GSYNC_SANITIZE_FULL=1 adds them.
-# Each test file runs in its own process, up to GSYNC_SANITIZE_JOBS at a time.
-# Left out, for compile time (30 s to 4 min each under a sanitizer): the allreduce and collectives
-# sweeps and soak (the same transport and engine paths at many sizes), hierarchical, stall, grad,
-# compression, half, chunking, api, observability (mostly single-threaded element code: candidates
-# for the ASan list when the budget allows); tests/fuzz/run_fuzz.sh covers the network parsers.
+# Which tests go where:
+#   ASan+UBSan: the whole doctest suite (every tests/test_*.cpp), each file in its own process. The
+#               sweeps and the soak test run with smaller sizes (GSYNC_TEST_MEDIUM, GSYNC_TEST_LARGE,
+#               GSYNC_SOAK_OPS below): the same schedules, segment splits and code paths, fewer
+#               elements. The plain build runs them at full size.
+#   TSan:       the threaded parts: the async progress engine, in-process, TCP and shared-memory
+#               worlds of threads, the store, failures and abort() from another thread, mismatch
+#               notices, stall records, counters and trace files written from several threads.
+# GSYNC_SANITIZE_FULL=1 adds the sweeps and the soak test to TSan (about 6 more minutes).
 #
 # Compiler: GSYNC_SANITIZE_CXX, else the first of clang++, g++ that builds and runs a probe with
-# the sanitizer's runtime and the C++20 the tests use (lambdas capturing structured bindings,
-# which clang before 16 rejects). A sanitizer whose probe fails everywhere is skipped with the
-# reason; if both are, the script exits 77. GSYNC_SANITIZE_ONLY=asan|tsan runs one of them.
+# the sanitizer's runtime (clang compiles these files with ASan+UBSan in about half g++'s time).
+# A sanitizer whose probe fails everywhere is skipped with the reason; if both are, the script
+# exits 77. GSYNC_SANITIZE_ONLY=asan|tsan runs one of them.
 #
 # Exit: 0 clean; 1 a sanitizer report, a failing test or a build error (the report is printed;
 # whole logs in OUT_DIR/build-*/TEST.run.log); 77 no compiler here builds and runs a sanitized
-# program (no sanitizer runtime, or a compiler without the C++20 the tests use).
+# program (no sanitizer runtime).
 # Suppressions: tests/sanitize_suppressions/{asan,lsan,ubsan,tsan}.supp when present (none today).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,12 +45,21 @@ run_limit=${GSYNC_SANITIZE_RUN_TIMEOUT:-300}  # seconds per test file's run; a h
 
 # --- what each build compiles (tests/test_main.cpp, doctest's main, is added to both) ------------
 # Order: most expensive first (measured), so that two parallel compilers finish close together.
-asan_tests=(test_mismatch test_shm test_failures test_auth)
-tsan_tests=(test_async test_mismatch test_failures)
+heavy=(test_soak test_allreduce_sweep_tcp test_allreduce_sweep test_collectives_sweep test_grad test_async)
+asan_tests=("${heavy[@]}")
+for f in tests/test_*.cpp; do
+  t=$(basename "$f" .cpp)
+  [ "$t" = test_main ] && continue
+  [[ " ${heavy[*]} " == *" $t "* ]] || asan_tests+=("$t")
+done
+tsan_tests=(test_async test_mismatch test_collectives test_bootstrap test_shm test_failures test_observability test_auth
+            test_stall)
 if [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ]; then
-  asan_tests=(test_async test_collectives test_mismatch test_failures test_shm test_bootstrap test_auth)
-  tsan_tests=(test_async test_mismatch test_collectives test_shm test_failures)
+  tsan_tests=(test_soak test_allreduce_sweep_tcp test_collectives_sweep "${tsan_tests[@]}")
 fi
+# Smaller sizes for the sweeps and the soak test under the sanitizers (see the file comment).
+export GSYNC_TEST_MEDIUM=${GSYNC_TEST_MEDIUM:-4099} GSYNC_TEST_LARGE=${GSYNC_TEST_LARGE:-32768}
+export GSYNC_SOAK_OPS=${GSYNC_SOAK_OPS:-150}
 # doctest filters (-tce = exclude test cases by name; commas separate patterns), each with its
 # reason. ASan+UBSan runs every case of its files.
 asan_filter=()
@@ -67,7 +73,7 @@ tsan_filter=("-tce=shm: same-host ranks use shared memory*")
 # -g1: line tables and function names, all that sanitizer stacks use (inlined frames included);
 # full -g makes these compiles ~45% slower (GSYNC_SANITIZE_DEBUG=-g to have it anyway).
 debug=${GSYNC_SANITIZE_DEBUG:--g1}
-common=(-std=c++20 -O1 "$debug" -fno-omit-frame-pointer -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
+common=(-std=c++20 "$debug" -fno-omit-frame-pointer -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
 asan_flags=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 tsan_flags=(-fsanitize=thread)
 supp=tests/sanitize_suppressions
@@ -98,13 +104,13 @@ if [ "$openssl" = 1 ]; then common+=(-DGSYNC_HAVE_OPENSSL=1); libs=(-lcrypto "${
 probe_dir="$out/probe"
 mkdir -p "$probe_dir"
 cat > "$probe_dir/probe.cpp" <<'EOF'
-// Sanitizer runtime present and working, C++20 as the tests use it.
+// Sanitizer runtime present and working.
 #include <thread>
 #include <utility>
 int main() {
   int sum = 0;
-  for (auto [a, b] : {std::pair{1, 2}, std::pair{3, 4}}) {
-    std::thread t([&] { sum += a * b; });  // a structured binding captured by a lambda
+  for (auto p : {std::pair{1, 2}, std::pair{3, 4}}) {
+    std::thread t([&] { sum += p.first * p.second; });
     t.join();
   }
   return sum == 14 ? 0 : 1;
@@ -151,8 +157,8 @@ for s in "${want[@]}"; do
   fi
 done
 if [ ${#sans[@]} -eq 0 ]; then
-  echo "sanitize: skipped: no compiler here builds and runs a sanitized C++20 program (reasons above; Debian: g++ with"
-  echo "          libasan8 libubsan1 libtsan2, or clang >= 16 with its compiler-rt)"
+  echo "sanitize: skipped: no compiler here builds and runs a sanitized C++20 program (reasons above; Debian: clang"
+  echo "          with libclang-rt-14-dev, or g++ with libasan8 libubsan1 libtsan2)"
   exit 77
 fi
 # LeakSanitizer stops the world with ptrace at exit, which some containers forbid: then ASan runs
@@ -193,15 +199,17 @@ for s in "${sans[@]}"; do queue+=("$s test_main"); done
 compile_failed=0
 t_build=$(date +%s)
 start_compile() {  # start_compile SAN TEST: compiles in the background unless the object is fresh
-  local s=$1 t=$2 c flags b cmd
+  local s=$1 t=$2 c flags b cmd opt
   if [ "$s" = asan ]; then c=$cxx_asan; flags=("${asan_flags[@]}"); else c=$cxx_tsan; flags=("${tsan_flags[@]}"); fi
   b="$out/build-$s"
-  cmd="$c ${common[*]} ${inc[*]} ${flags[*]} -c tests/$t.cpp"
+  opt=-O1
+  [ "$s" = asan ] && opt=-O0
+  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} -c tests/$t.cpp"
   stale "$b/$t.o" "$b/$t.d" "$b/$t.cmd" "$cmd" || return 0
   rm -f "$b/$t.o" "$b/$t.cmd"
   (
     s0=$(date +%s)
-    if "$c" "${common[@]}" "${inc[@]}" "${flags[@]}" -MMD -MF "$b/$t.d" -c "tests/$t.cpp" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
+    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" -MMD -MF "$b/$t.d" -c "tests/$t.cpp" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
       printf '%s\n' "$cmd" >"$b/$t.cmd"  # written only on success: marks the object as good
       echo "sanitize: $s $t.o ($(( $(date +%s) - s0 )) s)"
     else

@@ -68,6 +68,13 @@ concept abortable_transport = requires(X& x, const std::string& why) {
   { x.abort(why) } noexcept;
 };
 
+/// A transport that wants to hear when an operation has ended (on the thread that ran it), e.g.
+/// to withdraw a stall record it published while the operation waited.
+template <class X>
+concept op_aware_transport = requires(X& x) {
+  { x.op_finished() } noexcept;
+};
+
 /// A group of ranks over transport `X`.
 /// \tparam X a type satisfying `gsync::transport_policy`.
 template <transport_policy X>

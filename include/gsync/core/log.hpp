@@ -46,6 +46,35 @@ inline log_level log_level_from_env() {
   return lvl;
 }
 
+/// Expands `%r` (the text `rank`), `%h` (host name) and `%p` (process id) in a per-rank file path template;
+/// any other `%x` is kept as it is. `has_rank` tells whether `%r` occurred.
+inline std::string expand_rank_path(std::string_view tmpl, std::string_view rank, bool& has_rank) {
+  std::string path;
+  has_rank = false;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c != '%' || i + 1 == tmpl.size()) {
+      path += c;
+      continue;
+    }
+    const char k = tmpl[++i];
+    if (k == 'r') {
+      path += rank;
+      has_rank = true;
+    } else if (k == 'p') {
+      path += std::to_string(::getpid());
+    } else if (k == 'h') {
+      char h[256] = {};
+      ::gethostname(h, sizeof h - 1);
+      path += h;
+    } else {
+      path += '%';
+      path += k;
+    }
+  }
+  return path;
+}
+
 /// The descriptor rank `rank`'s messages go to: 2 (stderr), or its GSYNC_DEBUG_FILE (see file comment).
 inline int log_fd(int rank) {
   static const std::optional<std::string> tmpl = env("GSYNC_DEBUG_FILE");
@@ -54,24 +83,9 @@ inline int log_fd(int rank) {
   static std::map<int, int> fds;
   std::lock_guard lk(m);
   if (auto it = fds.find(rank); it != fds.end()) return it->second;
-  std::string path;
   const std::string r = rank >= 0 ? std::to_string(rank) : "x";
   bool has_rank = false;
-  for (std::size_t i = 0; i < tmpl->size(); ++i) {
-    const char c = (*tmpl)[i];
-    if (c == '%' && i + 1 < tmpl->size()) {
-      const char k = (*tmpl)[++i];
-      if (k == 'r') { path += r; has_rank = true; }
-      else if (k == 'p') path += std::to_string(::getpid());
-      else if (k == 'h') {
-        char h[256] = {};
-        ::gethostname(h, sizeof h - 1);
-        path += h;
-      } else { path += '%'; path += k; }
-    } else {
-      path += c;
-    }
-  }
+  std::string path = expand_rank_path(*tmpl, r, has_rank);
   if (!has_rank) path += "." + r;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {

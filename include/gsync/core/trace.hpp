@@ -132,40 +132,11 @@ inline std::string json_escape(std::string_view s) {
   return out;
 }
 
-/// Expands `%r` (rank), `%h` (host name) and `%p` (process id) in a per-rank file path template;
-/// any other `%x` is kept as it is. `has_rank` tells whether `%r` occurred.
-inline std::string expand_rank_path(std::string_view tmpl, int rank, bool& has_rank) {
-  std::string path;
-  has_rank = false;
-  for (std::size_t i = 0; i < tmpl.size(); ++i) {
-    const char c = tmpl[i];
-    if (c != '%' || i + 1 == tmpl.size()) {
-      path += c;
-      continue;
-    }
-    const char k = tmpl[++i];
-    if (k == 'r') {
-      path += std::to_string(rank);
-      has_rank = true;
-    } else if (k == 'p') {
-      path += std::to_string(::getpid());
-    } else if (k == 'h') {
-      char h[256] = {};
-      ::gethostname(h, sizeof h - 1);
-      path += h;
-    } else {
-      path += '%';
-      path += k;
-    }
-  }
-  return path;
-}
-
 /// The trace file of `rank` for template `tmpl` (see the file comment): `%r`/`%h`/`%p` expanded,
 /// and `.<rank>` inserted before a `.json` extension (or appended) when `%r` is absent.
 inline std::string trace_path_for_rank(std::string_view tmpl, int rank) {
   bool has_rank = false;
-  std::string path = expand_rank_path(tmpl, rank, has_rank);
+  std::string path = expand_rank_path(tmpl, std::to_string(rank), has_rank);
   if (has_rank) return path;
   const std::string suffix = "." + std::to_string(rank);
   constexpr std::string_view ext = ".json";

@@ -105,6 +105,7 @@ class op_scope {
   op_scope& operator=(const op_scope&) = delete;
   ~op_scope() {
     comm_.set_running_timeout(prev_);
+    if constexpr (op_aware_transport<X>) comm_.transport().op_finished();
     const auto end = std::chrono::steady_clock::now();
     const bool failed = std::uncaught_exceptions() > unwinding_;
     const std::uint64_t bytes = payload_bytes(id_.fp);

@@ -343,6 +343,10 @@ class tcp {
     while (queued_ > 0) wait_progress(-1, dl, message_id{});
   }
 
+  /// Called when an operation has ended: a stall record it published is withdrawn at once, so
+  /// that a rank busy outside gsync afterwards is not reported as stuck in it.
+  void op_finished() noexcept { withdraw_stall_record(); }
+
  private:
   struct send_op {
     frame_header h;
@@ -909,12 +913,7 @@ class tcp {
     if (id.seq == 0) return;
     const auto now = std::chrono::steady_clock::now();
     if (id.seq != stall_.seq || id.tag != stall_.tag) {
-      if (stall_.stage > 0) {  // the stalled op finished: withdraw its record (best effort)
-        try {
-          store_->set("gsync/stall/" + std::to_string(rank_), "0", now + std::chrono::seconds(2));
-        } catch (const error&) {
-        }
-      }
+      withdraw_stall_record();  // the stalled op finished
       stall_ = stall_state{id.tag, id.seq, now, 0};
       return;
     }
@@ -934,6 +933,17 @@ class tcp {
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                       (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
     log_.warn(msg + behind_report(id.seq, now + std::chrono::seconds(2)));
+  }
+
+  // Sets this rank's stall record back to "0" (no record) if it had published one (best effort).
+  void withdraw_stall_record() noexcept {
+    if (stall_.stage == 0) return;
+    stall_.stage = 0;
+    stall_.seq = 0;
+    try {
+      store_->set("gsync/stall/" + std::to_string(rank_), "0", std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    } catch (...) {
+    }
   }
 
   // "; ranks that have not reached op #S: ..." from the other ranks' progress records in the store.
