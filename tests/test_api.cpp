@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <set>
 #include <type_traits>
 #include <vector>
 
@@ -123,4 +124,10 @@ TEST_CASE("error codes compare with gsync::errc and carry a readable category") 
   CHECK(std::string(e.what()).find("rank 3 vanished") != std::string::npos);
   const std::system_error& base = e;
   CHECK(base.code().message() == "peer lost");
+  // every code has its own message
+  std::set<std::string> messages;
+  for (int c = 1; c <= 8; ++c) messages.insert(std::error_code(c, gsync::error_category()).message());
+  CHECK(messages.size() == 8);
+  CHECK(messages.count("unknown gsync error") == 0);
+  CHECK(gsync::error(gsync::errc::non_finite, "x").code().message() == "non-finite values");
 }

@@ -22,6 +22,7 @@ enum class errc : int {
   auth_failed = 5,       ///< a connection failed the job-key handshake
   aborted = 6,           ///< the communicator was aborted
   system = 7,            ///< an operating-system call failed (see the message for errno text)
+  non_finite = 8,        ///< gradients held NaN or Inf (raised on every rank alike; the data is intact)
 };
 
 namespace detail {
@@ -37,6 +38,7 @@ class error_category_impl final : public std::error_category {
       case errc::auth_failed: return "authentication failed";
       case errc::aborted: return "aborted";
       case errc::system: return "system error";
+      case errc::non_finite: return "non-finite values";
     }
     return "unknown gsync error";
   }

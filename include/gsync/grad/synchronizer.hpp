@@ -345,8 +345,8 @@ class synchronizer {
   /// for every bucket, unpacks (cast back, 1/accumulation and 1/loss-scale factors, non-finite check),
   /// updates the loss scaler, and returns the verdict and statistics. On an accumulation step that does
   /// not synchronize it only closes the step. Throws the collectives' errors (after every in-flight
-  /// collective has stopped using the buckets), and errc::invalid_argument on non-finite gradients when
-  /// on_nonfinite is throw_error (on every rank alike).
+  /// collective has stopped using the buckets), and errc::non_finite on non-finite gradients when
+  /// on_nonfinite is throw_error (on every rank alike; the communicator stays usable).
   step_result finish() {
     build();
     step_result res;
@@ -382,7 +382,7 @@ class synchronizer {
     totals_.add(res.stats);
     begin_marks();
     if (!res.nonfinite.empty() && opt_.on_nonfinite == nonfinite_action::throw_error)
-      throw error(errc::invalid_argument, "synchronizer::finish: " + describe(res.nonfinite));
+      throw error(errc::non_finite, "synchronizer::finish: " + describe(res.nonfinite));
     return res;
   }
 
