@@ -18,21 +18,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/failures.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
 namespace {
 
 using namespace gsync_test;
-
-struct failures {
-  std::mutex m;
-  std::vector<std::string> list;
-  void add(std::string s) {
-    std::lock_guard lk(m);
-    if (list.size() < 20) list.push_back(std::move(s));
-  }
-};
 
 struct count_case {
   std::size_t count;          // per-rank block (or buffer) elements

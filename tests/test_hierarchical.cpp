@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/failures.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
@@ -17,14 +18,7 @@
 
 namespace {
 
-struct errors {
-  std::mutex m;
-  std::vector<std::string> list;
-  void add(std::string s) {
-    std::lock_guard lk(m);
-    if (list.size() < 20) list.push_back(std::move(s));
-  }
-};
+using errors = gsync_test::failures;
 
 template <class T, class Op, class Algo, class Comm>
 void one(Comm& comm, gsync_test::world_sync& sync, errors& errs, std::size_t count, bool in_place, const std::string& where) {
