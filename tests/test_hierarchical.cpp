@@ -120,3 +120,34 @@ TEST_CASE("automatic choice: hierarchical for large buffers when ranks span host
   const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
   CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts).id == allreduce_id::ring);
 }
+
+TEST_CASE("network model: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US move the crossovers of the automatic choice") {
+  using namespace gsync::algo;
+  const cost_model assumed = cost_model::network();
+  const cost_model same = network_model(std::nullopt, std::nullopt);
+  CHECK(same.alpha_us == assumed.alpha_us);
+  CHECK(same.beta_us_per_byte == assumed.beta_us_per_byte);
+  const cost_model gig = network_model(std::string("1"), std::string("40"));
+  CHECK(gig.beta_us_per_byte == doctest::Approx(8e-3));  // 1 Gbit/s: 8 ns per byte
+  CHECK(gig.alpha_us == 40.0);
+  CHECK(network_model(std::string("100"), std::nullopt).beta_us_per_byte == doctest::Approx(8e-5));
+  for (const char* bad : {"0", "-1", "fast", "10G", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(network_model(std::string(bad), std::nullopt), doctest::Contains("GSYNC_NET_GBPS"), gsync::error);
+    CHECK_THROWS_WITH_AS(network_model(std::nullopt, std::string(bad)), doctest::Contains("GSYNC_NET_LATENCY_US"), gsync::error);
+  }
+  // 4 hosts x 1 rank, 64 KiB: the assumed 10 Gbit/s keeps the latency-bound recursive doubling,
+  // 1 Gbit/s makes the bytes dominate (recursive doubling sends the whole buffer log2(N) times).
+  const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
+  const std::size_t mid = std::size_t{64} << 10;
+  CHECK(choose_allreduce(mid, 4, "tcp", "", &four_hosts, &assumed).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(mid, 4, "tcp", "", &four_hosts, &gig).id != allreduce_id::recursive_doubling);
+  // Tiny messages stay latency-bound, large ones bandwidth-bound, on either network.
+  for (const cost_model* m : {&assumed, &gig}) {
+    CHECK(choose_allreduce(8, 4, "tcp", "", &four_hosts, m).id == allreduce_id::recursive_doubling);
+    CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts, m).id == allreduce_id::ring);
+  }
+  // The model only applies across hosts: one host keeps its own constants.
+  const gsync::topology one = gsync::topology::single_host(4);
+  CHECK(choose_allreduce(mid, 4, "tcp", "", &one, &gig).id == choose_allreduce(mid, 4, "tcp", "", &one).id);
+}

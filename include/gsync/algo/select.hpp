@@ -22,6 +22,7 @@
 #include "gsync/algo/recursive_doubling.hpp"
 #include "gsync/algo/ring.hpp"
 #include "gsync/algo/tree.hpp"
+#include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/topology.hpp"
 
@@ -100,7 +101,8 @@ struct cost_model {
   static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
   /// TCP between hosts. ASSUMED, not measured by gsync: a 10 Gbit/s link (8e-4 us per byte) with
   /// 50 us per message. Slower links only make the hierarchical schedule's advantage larger, since
-  /// it moves fewer bytes across hosts.
+  /// it moves fewer bytes across hosts, but they move the flat schedules' crossovers to smaller
+  /// sizes: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US describe the real links (`network_model`).
   static constexpr cost_model network() noexcept { return {50.0, 8.0e-4, 0.0, 512 << 10, 256 << 10}; }
   /// The model used for a transport named `transport` ("tcp", "shm", "inproc", ...) when every
   /// rank is on one host. Only loopback TCP has been measured; the ranking of the flat schedules,
@@ -109,6 +111,33 @@ struct cost_model {
     return transport == "shm" ? shared_memory() : tcp_loopback();
   }
 };
+
+/// The network between hosts from the user's description: `cost_model::network()` with the link
+/// rate `gbps` (Gbit/s per direction, e.g. "1", "25", "100"; GSYNC_NET_GBPS) and the per-message
+/// cost `latency_us` (GSYNC_NET_LATENCY_US) where given. Throws invalid_argument on values that are
+/// not positive numbers.
+inline cost_model network_model(const std::optional<std::string>& gbps, const std::optional<std::string>& latency_us) {
+  const auto positive = [](const std::string& v, const char* what) {
+    try {
+      std::size_t pos = 0;
+      const double x = std::stod(v, &pos);
+      if (pos == v.size() && x > 0 && x < 1e9) return x;
+    } catch (...) {
+    }
+    throw error(errc::invalid_argument, std::string(what) + "='" + v + "' is not a positive number");
+  };
+  cost_model m = cost_model::network();
+  if (gbps) m.beta_us_per_byte = 8.0 / (positive(*gbps, "GSYNC_NET_GBPS") * 1e3);  // 8 bits / (1e3 bits per us per Gbit/s)
+  if (latency_us) m.alpha_us = positive(*latency_us, "GSYNC_NET_LATENCY_US");
+  return m;
+}
+
+/// `network_model` of GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US, read once per process. Every rank
+/// must see the same values: ranks that choose different algorithms fail with errc::mismatch.
+inline cost_model network_from_env() {
+  static const cost_model m = network_model(detail::env("GSYNC_NET_GBPS"), detail::env("GSYNC_NET_LATENCY_US"));
+  return m;
+}
 
 /// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
 /// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
@@ -227,13 +256,15 @@ struct choice {
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
 /// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
 /// `cost_model`. Allocation-free (five closed-form estimates).
-/// With `topo` spanning several hosts (each running the same number of ranks, more than one),
-/// the flat schedules are costed with the `network` model and compared with the hierarchical one.
+/// With `topo` spanning several hosts, the flat schedules are costed with the network model
+/// (`net`, else `network_from_env()`) and, when every host runs the same number of ranks (more than
+/// one), compared with the hierarchical one.
 inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
-                               const topology* topo = nullptr) {
+                               const topology* topo = nullptr, const cost_model* net = nullptr) {
   if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, bytes, world, transport_name, forced};
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
-  const cost_model m = multi_host ? cost_model::network() : cost_model::for_transport(transport_name);
+  const cost_model network = multi_host ? (net ? *net : network_from_env()) : cost_model::network();
+  const cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
   allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
   double best_us = 0, second_us = 0;
   bool have_best = false, have_second = false;
@@ -248,7 +279,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
   }
   if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
     const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), cost_model::shared_memory(),
-                                              cost_model::network());
+                                              network);
     if (h < best_us) second = best, second_us = best_us, best = allreduce_id::hierarchical, best_us = h;
     else if (h < second_us) second = allreduce_id::hierarchical, second_us = h;
   }
