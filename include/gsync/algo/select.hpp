@@ -118,12 +118,7 @@ struct cost_model {
 /// not positive numbers.
 inline cost_model network_model(const std::optional<std::string>& gbps, const std::optional<std::string>& latency_us) {
   const auto positive = [](const std::string& v, const char* what) {
-    try {
-      std::size_t pos = 0;
-      const double x = std::stod(v, &pos);
-      if (pos == v.size() && x > 0 && x < 1e9) return x;
-    } catch (...) {
-    }
+    if (auto x = detail::parse_positive(v)) return *x;
     throw error(errc::invalid_argument, std::string(what) + "='" + v + "' is not a positive number");
   };
   cost_model m = cost_model::network();

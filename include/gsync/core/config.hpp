@@ -57,16 +57,22 @@ inline std::optional<long long> env_int(const char* name, long long lo, long lon
                                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
+/// The whole of `v` as a number in (0, 1e9), else nullopt.
+inline std::optional<double> parse_positive(const std::string& v) {
+  try {
+    std::size_t pos = 0;
+    const double x = std::stod(v, &pos);
+    if (pos == v.size() && x > 0 && x < 1e9) return x;
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
 /// Reads a seconds value (may be fractional), throwing invalid_argument on garbage.
 inline std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
   auto v = env(name);
   if (!v) return std::nullopt;
-  try {
-    std::size_t pos = 0;
-    double x = std::stod(*v, &pos);
-    if (pos == v->size() && x > 0 && x < 1e9) return std::chrono::milliseconds(static_cast<long long>(x * 1000.0));
-  } catch (...) {
-  }
+  if (auto x = parse_positive(*v)) return std::chrono::milliseconds(static_cast<long long>(*x * 1000.0));
   throw error(errc::invalid_argument, std::string(name) + "='" + *v + "' is not a positive number of seconds");
 }
 
