@@ -190,7 +190,13 @@ TEST_CASE("job key: a job with a key works, a rank with another key is refused a
     });
   for (auto& t : th) t.join();
   CHECK(err[2] == gsync::errc::auth_failed);
-  CHECK(err[0] == gsync::errc::timeout);
-  CHECK(err[1] == gsync::errc::timeout);
+  // Ranks 0 and 1 reach their deadlines at about the same moment. The first to time out tells the store,
+  // and the other may hear that (peer_lost, carrying the first one's reason) before its own deadline.
+  // Either way each must fail, and its message must name rank 2 as the one that never came.
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank ", r, ": ", msg[r]);
+    CHECK((err[r] == gsync::errc::timeout || err[r] == gsync::errc::peer_lost));
+    CHECK(msg[r].find("ranks 2 ") != std::string::npos);
+  }
 }
 #endif
