@@ -99,11 +99,12 @@ struct cost_model {
   /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
   /// kernel). Only its ratio to `network` matters for the hierarchical choice.
   static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
-  /// TCP between hosts. ASSUMED, not measured by gsync: a 10 Gbit/s link (8e-4 us per byte) with
-  /// 50 us per message. Slower links only make the hierarchical schedule's advantage larger, since
-  /// it moves fewer bytes across hosts, but they move the flat schedules' crossovers to smaller
-  /// sizes: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US describe the real links (`network_model`).
-  static constexpr cost_model network() noexcept { return {50.0, 8.0e-4, 0.0, 512 << 10, 256 << 10}; }
+  /// TCP between hosts, from the cost of the links (core/links.hpp): measured by the TCP
+  /// transport at start-up, given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, or by default assumed
+  /// (a 10 Gbit/s link, 50 us per message).
+  static constexpr cost_model network(const link_estimate& l = {}) noexcept {
+    return {l.alpha_us, l.beta_us_per_byte, 0.0, 512 << 10, 256 << 10};
+  }
   /// The model used for a transport named `transport` ("tcp", "shm", "inproc", ...) when every
   /// rank is on one host. Only loopback TCP has been measured; the ranking of the flat schedules,
   /// not the absolute time, is what matters.
@@ -112,26 +113,27 @@ struct cost_model {
   }
 };
 
-/// The network between hosts from the user's description: `cost_model::network()` with the link
-/// rate `gbps` (Gbit/s per direction, e.g. "1", "25", "100"; GSYNC_NET_GBPS) and the per-message
-/// cost `latency_us` (GSYNC_NET_LATENCY_US) where given. Throws invalid_argument on values that are
-/// not positive numbers.
+/// The network between hosts from the user's description: the assumed links of
+/// `link_estimate{}` with the link rate `gbps` (Gbit/s per direction; GSYNC_NET_GBPS) and the
+/// per-message cost `latency_us` (GSYNC_NET_LATENCY_US) where given. Throws invalid_argument on
+/// values that are not positive numbers.
 inline cost_model network_model(const std::optional<std::string>& gbps, const std::optional<std::string>& latency_us) {
-  const auto positive = [](const std::string& v, const char* what) {
-    if (auto x = detail::parse_positive(v)) return *x;
-    throw error(errc::invalid_argument, std::string(what) + "='" + v + "' is not a positive number");
-  };
-  cost_model m = cost_model::network();
-  if (gbps) m.beta_us_per_byte = 8.0 / (positive(*gbps, "GSYNC_NET_GBPS") * 1e3);  // 8 bits / (1e3 bits per us per Gbit/s)
-  if (latency_us) m.alpha_us = positive(*latency_us, "GSYNC_NET_LATENCY_US");
-  return m;
+  return cost_model::network(detail::override_links({}, gbps, latency_us));
 }
 
-/// `network_model` of GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US, read once per process. Every rank
-/// must see the same values: ranks that choose different algorithms fail with errc::mismatch.
+/// `network_model` of GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US, read once per process: the links
+/// when the transport has not recorded them (`topology::links()`). Every rank must see the same
+/// values: ranks that choose different algorithms fail with errc::mismatch.
 inline cost_model network_from_env() {
   static const cost_model m = network_model(detail::env("GSYNC_NET_GBPS"), detail::env("GSYNC_NET_LATENCY_US"));
   return m;
+}
+
+/// The network model of a job placed as `topo`: its recorded links (measured at start-up, with
+/// the user's GSYNC_NET_* applied), else `network_from_env()`.
+inline cost_model network_of(const topology& topo) {
+  if (const auto& l = topo.links()) return cost_model::network(*l);
+  return network_from_env();
 }
 
 /// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
@@ -252,13 +254,13 @@ struct choice {
 /// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
 /// `cost_model`. Allocation-free (five closed-form estimates).
 /// With `topo` spanning several hosts, the flat schedules are costed with the network model
-/// (`net`, else `network_from_env()`) and, when every host runs the same number of ranks (more than
+/// (`net`, else `network_of(*topo)`) and, when every host runs the same number of ranks (more than
 /// one), compared with the hierarchical one.
 inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
                                const topology* topo = nullptr, const cost_model* net = nullptr) {
   if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, bytes, world, transport_name, forced};
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
-  const cost_model network = multi_host ? (net ? *net : network_from_env()) : cost_model::network();
+  const cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
   const cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
   allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
   double best_us = 0, second_us = 0;

@@ -97,6 +97,13 @@ inline int log_fd(int rank) {
   return fd;
 }
 
+/// `v` with `digits` digits after the point ("23.4"), for messages.
+inline std::string fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 }  // namespace detail
 
 /// A rank-prefixed logger. Cheap to copy; checks the level before formatting.

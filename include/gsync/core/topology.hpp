@@ -4,12 +4,17 @@
 ///
 /// Hosts are numbered in order of their lowest rank (the host of rank 0 is host 0). Transports
 /// that know the placement (the host transport learns it from every rank's host identity at
-/// setup) expose it as `topology()`; for the others every rank is on one host.
+/// setup) expose it as `topology()`; for the others every rank is on one host. When ranks span
+/// several hosts, the TCP transport also records what the links between them cost (`links()`,
+/// core/links.hpp), measured at start-up or given by the user.
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "gsync/core/links.hpp"
 
 namespace gsync {
 
@@ -74,11 +79,17 @@ class topology {
     for (const auto& g : members_) m = std::max(m, g.size());
     return static_cast<int>(m);
   }
+  /// Cost of the links between hosts, when the transport measured it or the user gave it (see
+  /// core/links.hpp); identical on every rank. Empty: one host, or a transport that cannot tell.
+  const std::optional<link_estimate>& links() const noexcept { return links_; }
+  /// Records the cost of the links between hosts (the transport, once, at setup).
+  void set_links(const link_estimate& l) { links_ = l; }
 
  private:
   std::vector<int> host_of_;
   std::vector<std::vector<int>> members_;
   std::vector<std::vector<int>> cross_;
+  std::optional<link_estimate> links_;
 };
 
 }  // namespace gsync

@@ -80,6 +80,7 @@
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/transport/frame.hpp"
+#include "gsync/transport/link_probe.hpp"
 #include "gsync/transport/shm.hpp"
 
 namespace gsync::transport {
@@ -105,6 +106,9 @@ struct tcp_options {
   bool shm = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
   std::size_t shm_ring_bytes = 1 << 20;
+  /// Time the links between hosts at start-up when the ranks span several hosts
+  /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.
+  bool net_probe = true;
 };
 
 /// TCP transport endpoint of one rank (see file comment).
@@ -132,6 +136,9 @@ class tcp {
     }
     if (auto w = detail::env_int("GSYNC_STALL_WARN_S", 0, 1000000)) opt_.stall_warn_s = static_cast<int>(*w);
     if (auto c = detail::env("GSYNC_TCP_CONGESTION")) opt_.congestion = (*c == "default") ? std::string{} : *c;
+    if (!detail::net_probe_enabled()) opt_.net_probe = false;
+    const auto net_gbps = detail::env("GSYNC_NET_GBPS"), net_latency = detail::env("GSYNC_NET_LATENCY_US");
+    detail::override_links({}, net_gbps, net_latency);  // checks the values
     auto master = detail::resolve_host(io_, li.master_addr);
     if (rank_ == 0) {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
@@ -192,6 +199,23 @@ class tcp {
                 std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
                 std::to_string(machine_ranks_) + " on this machine, spin " +
                 std::to_string(opt_.spin_us) + " us)");
+      if (topo_.hosts() > 1) {
+        // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
+        link_estimate links = detail::override_links({}, net_gbps, net_latency);
+        std::string how = net_gbps || net_latency ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
+        if (opt_.net_probe && !(net_gbps && net_latency)) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const probe_result pr = probe_links(*this, dl);
+          links = detail::override_links(pr.links, net_gbps, net_latency);
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+          how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
+                " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " +
+                detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" + (net_gbps || net_latency ? "; GSYNC_NET_* given win" : "");
+        }
+        topo_.set_links(links);
+        log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
+                  detail::fixed(links.gbps(), 3) + " Gbit/s (" + how + ")");
+      }
     } catch (const error& e) {
       // Tell the store why, before its connection drops: the store then reports this rank as
       // failed for that reason, not as the first rank lost (which the others would blame).

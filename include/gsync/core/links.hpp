@@ -1,0 +1,64 @@
+#pragma once
+/// \file
+/// The links between hosts as two numbers of the alpha-beta model: what one message costs and
+/// what one byte costs. Automatic algorithm selection (algo/select.hpp) needs them once ranks span
+/// several hosts, because the crossovers between schedules move with them (on 1 Gbit/s links the
+/// ring overtakes halving-doubling at about 300 KB; on 10 Gbit/s at several MB).
+///
+/// Where the numbers come from, in order of precedence:
+/// 1. GSYNC_NET_GBPS (link rate, Gbit/s per direction) and GSYNC_NET_LATENCY_US (cost of one
+///    message, microseconds), each overriding its own number;
+/// 2. the start-up probe of the TCP transport (transport/link_probe.hpp), which times the flat ring
+///    when a job spans several hosts (GSYNC_NET_PROBE=0 skips it);
+/// 3. an assumed 10 Gbit/s link with 50 us per message (`link_estimate{}`).
+
+#include <optional>
+#include <string>
+
+#include "gsync/core/config.hpp"
+#include "gsync/core/error.hpp"
+
+namespace gsync {
+
+/// Cost of the links between hosts.
+struct link_estimate {
+  double alpha_us = 50.0;            ///< per message on the critical path (latency + per-message overhead)
+  double beta_us_per_byte = 8.0e-4;  ///< per byte through one link direction (8e-4: 10 Gbit/s)
+  bool measured = false;             ///< true when the numbers come from the start-up probe
+
+  /// Link rate in Gbit/s that `beta_us_per_byte` stands for.
+  double gbps() const noexcept { return 8.0 / (beta_us_per_byte * 1e3); }
+};
+
+namespace detail {
+
+/// `base` with GSYNC_NET_GBPS (`gbps`, Gbit/s per direction, e.g. "1", "25", "100") and
+/// GSYNC_NET_LATENCY_US (`latency_us`) applied where given. Throws invalid_argument on values
+/// that are not positive numbers, naming the variable.
+inline link_estimate override_links(link_estimate base, const std::optional<std::string>& gbps,
+                                    const std::optional<std::string>& latency_us) {
+  const auto positive = [](const std::string& v, const char* what) {
+    if (auto x = parse_positive(v)) return *x;
+    throw error(errc::invalid_argument, std::string(what) + "='" + v + "' is not a positive number");
+  };
+  if (gbps) base.beta_us_per_byte = 8.0 / (positive(*gbps, "GSYNC_NET_GBPS") * 1e3);  // 8 bits / (1e3 bits per us per Gbit/s)
+  if (latency_us) base.alpha_us = positive(*latency_us, "GSYNC_NET_LATENCY_US");
+  return base;
+}
+
+/// `override_links(base, ...)` of the variables GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US.
+inline link_estimate override_links_from_env(link_estimate base = {}) {
+  return override_links(base, env("GSYNC_NET_GBPS"), env("GSYNC_NET_LATENCY_US"));
+}
+
+/// GSYNC_NET_PROBE: true (the default) lets a job that spans hosts time its links at start-up;
+/// "0" turns the probe off. Throws invalid_argument on other values than 0 and 1.
+inline bool net_probe_enabled() {
+  const auto v = env("GSYNC_NET_PROBE");
+  if (!v || *v == "1") return true;
+  if (*v == "0") return false;
+  throw error(errc::invalid_argument, "GSYNC_NET_PROBE='" + *v + "' must be 0 (off) or 1 (on, the default)");
+}
+
+}  // namespace detail
+}  // namespace gsync

@@ -1,0 +1,119 @@
+#pragma once
+/// \file
+/// Start-up probe of the links between hosts: times the flat ring once, so that automatic
+/// algorithm selection (algo/select.hpp) costs the schedules with the network the job really
+/// runs on instead of an assumed one (core/links.hpp). The TCP transport runs it at the end of
+/// its setup when the ranks span several hosts, unless GSYNC_NET_PROBE=0 or both
+/// GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US are given.
+///
+/// How the bytes move: the ranks form the flat ring in rank order, the ring the ring allreduce
+/// uses (its hops between hosts are its slowest). In one pass every rank sends a message to its
+/// right neighbour and receives one from its left, `steps` times in a row, posting each send as
+/// soon as the previous receive has completed, so that the steps go around the ring in lockstep as
+/// the ring allreduce's do. A step is timed from one receive to the next, which leaves out the
+/// ranks' skew on entry and the first burst an idle link lets through above its rate (a switch
+/// buffer, a token bucket). Passes of 8 B, 1 MiB and 64 KiB steps run twice each (the 64 KiB pass
+/// right after the 1 MiB one, so that it starts on a link with no credit left); each rank keeps the
+/// median step of each size, since on a busy host a wake-up is now and then late by milliseconds
+/// (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 55-90 us, outliers of 5 ms).
+/// The ranks then agree on the slowest rank's numbers by passing the running maximum around the
+/// ring (N - 1 hops of 24 bytes), so every rank derives the same estimate from the same numbers
+/// and makes the same choices.
+///
+/// The fit: beta is the slope between the 64 KiB and 1 MiB steps, alpha the 64 KiB step less its
+/// bytes (bounded by the 8-byte step). That is the per-message cost which the mid-size schedules
+/// pay, where the crossovers between them fall: a message of tens of kilobytes overlaps most of
+/// the wake-up latency an 8-byte message shows whole (measured on 4 fake hosts at 1 Gbit/s: 8-byte
+/// steps of about 80 us, but halving-doubling, with twice recursive doubling's messages, already
+/// as fast at 16 KiB, which puts the cost per message near 25 us).
+///
+/// Cost: about 50 + N hops and 7 MiB through each rank's link (about 70 ms on 1 Gbit/s links).
+/// The messages carry `probe_tag` and sequence number 0: no operation number of the user's is
+/// consumed, and a rank that does not probe while its peers do (ranks given different settings)
+/// fails with errc::mismatch naming both sides' calls rather than mixing the bytes up.
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/links.hpp"
+#include "gsync/detail/aligned_buffer.hpp"
+
+namespace gsync::transport {
+
+/// Wire tag of the probe's messages (transport/frame.hpp names it for error messages).
+inline constexpr std::uint32_t probe_tag = 8;
+
+/// What the probe measured (on every rank the same numbers).
+struct probe_result {
+  link_estimate links;        ///< the estimate fitted to the step times
+  double small_step_us = 0;   ///< one ring step of 8 bytes, slowest rank
+  double mid_step_us = 0;     ///< one ring step of `probe_mid_bytes`, slowest rank
+  double big_step_us = 0;     ///< one ring step of `probe_big_bytes`, slowest rank
+};
+
+/// Message sizes of the two bandwidth passes.
+inline constexpr std::size_t probe_mid_bytes = std::size_t{64} << 10, probe_big_bytes = std::size_t{1} << 20;
+
+/// Runs the probe on transport endpoint `x` (every rank of the job must call it, after the
+/// connections are up); every wait ends by `dl`. Errors are the transport's (timeout, peer_lost,
+/// mismatch).
+/// \tparam X a transport (transport_policy), here the TCP transport during its setup.
+template <class X>
+probe_result probe_links(X& x, deadline dl) {
+  using clock = std::chrono::steady_clock;
+  const int n = x.size(), me = x.rank();
+  if (n < 2) return {};
+  const int right = (me + 1) % n, left = (me + n - 1) % n;
+  constexpr int runs = 2;
+  auto out = detail::make_aligned_bytes(probe_big_bytes), in = detail::make_aligned_bytes(probe_big_bytes);
+  std::memset(out.get(), 0, probe_big_bytes);
+  const message_id id{probe_tag, 0, fingerprint{}};
+  // One pass: `steps` ring steps of `bytes`; appends the time of each step after the first to `gaps`.
+  const auto pass = [&](std::size_t bytes, int steps, std::vector<double>& gaps) {
+    clock::time_point prev{};
+    for (int k = 0; k < steps; ++k) {
+      x.post_send(right, id, out.get(), bytes);
+      x.recv(left, id, in.get(), bytes, dl);
+      const auto now = clock::now();
+      if (k > 0) gaps.push_back(std::chrono::duration<double, std::micro>(now - prev).count());
+      prev = now;
+    }
+    x.flush_sends(dl);
+  };
+  const auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> warm, small_gaps, mid_gaps, big_gaps;
+  pass(8, 2, warm);  // the ranks enter at different times: this brings them into step
+  for (int i = 0; i < runs; ++i) {
+    pass(8, 12, small_gaps);
+    pass(probe_big_bytes, 4, big_gaps);
+    pass(probe_mid_bytes, 6, mid_gaps);
+  }
+  double t[3] = {median(small_gaps), median(mid_gaps), median(big_gaps)};
+  // Agree on the slowest rank's numbers: after k hops each rank holds the maximum over itself and
+  // the k ranks to its left.
+  double got[3];
+  for (int k = 0; k < n - 1; ++k) {
+    x.post_send(right, id, reinterpret_cast<const std::byte*>(t), sizeof t);
+    x.recv(left, id, reinterpret_cast<std::byte*>(got), sizeof got, dl);
+    x.flush_sends(dl);  // `t` must not change while queued
+    for (int j = 0; j < 3; ++j) t[j] = std::max(t[j], got[j]);
+  }
+  probe_result r;
+  r.small_step_us = t[0];
+  r.mid_step_us = t[1];
+  r.big_step_us = t[2];
+  // Floors keep a noisy run from producing a free network: 100 Tbit/s, 1 us per message.
+  const double beta = std::max(8e-8, (t[2] - t[1]) / static_cast<double>(probe_big_bytes - probe_mid_bytes));
+  r.links.beta_us_per_byte = beta;
+  r.links.alpha_us = std::max(1.0, std::min(t[0], t[1] - beta * static_cast<double>(probe_mid_bytes)));
+  r.links.measured = true;
+  return r;
+}
+
+}  // namespace gsync::transport

@@ -1,0 +1,170 @@
+// The start-up probe of the links between hosts (transport/link_probe.hpp): every rank ends with
+// the same estimate, the user's GSYNC_NET_* win, GSYNC_NET_PROBE=0 skips it, one host never
+// probes, no operation number is consumed, and ranks that disagree on probing fail, not hang.
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/world.hpp"
+
+#include <gsync/allreduce.hpp>
+#include <gsync/communicator.hpp>
+#include <gsync/transport/link_probe.hpp>
+
+namespace {
+
+// Sets an environment variable for the scope of a test (before any rank thread starts).
+struct scoped_env {
+  const char* name;
+  scoped_env(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+  ~scoped_env() { ::unsetenv(name); }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+};
+
+struct seen_links {
+  std::mutex m;
+  std::vector<gsync::link_estimate> v;
+  void add(const gsync::link_estimate& l) {
+    std::lock_guard lk(m);
+    v.push_back(l);
+  }
+};
+
+// Every rank saw exactly the same numbers.
+void check_all_equal(const seen_links& s, int n) {
+  REQUIRE(static_cast<int>(s.v.size()) == n);
+  for (const auto& l : s.v) {
+    CHECK(l.alpha_us == s.v.front().alpha_us);
+    CHECK(l.beta_us_per_byte == s.v.front().beta_us_per_byte);
+    CHECK(l.measured == s.v.front().measured);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("link probe over in-process ranks: every rank derives the same positive estimate") {
+  for (int n : {2, 3, 5}) {
+    CAPTURE(n);
+    seen_links seen;
+    gsync_test::run_inproc(n, [&](auto& comm, auto&) {
+      const auto r = gsync::transport::probe_links(comm.transport(), comm.make_deadline());
+      CHECK(r.links.measured);
+      CHECK(r.small_step_us > 0);
+      CHECK(r.big_step_us > 0);
+      CHECK(r.links.alpha_us >= 1.0);
+      CHECK(r.links.beta_us_per_byte >= 8e-8);
+      seen.add(r.links);
+    });
+    check_all_equal(seen, n);
+  }
+}
+
+TEST_CASE("link probe: ranks on several hosts measure their links at start-up, before and outside the user's operations") {
+  for (const auto& shape : {std::pair{4, 2}, std::pair{3, 1}}) {
+    const int n = shape.first, per = shape.second;
+    CAPTURE(n);
+    CAPTURE(per);
+    seen_links seen;
+    gsync_test::run_mixed(n, per, [&](auto& comm, auto&) {
+      const auto& links = comm.transport().topo().links();
+      REQUIRE(links.has_value());
+      CHECK(links->measured);
+      CHECK(links->alpha_us >= 1.0);
+      // Loopback and shared memory: far faster than 100 Mbit/s, and no faster than the floor.
+      CHECK(links->gbps() > 0.1);
+      CHECK(links->beta_us_per_byte >= 8e-8);
+      seen.add(*links);
+      // The probe is not an operation of the user's: nothing counted, and the first collective is op #1.
+      CHECK(comm.counters().total().calls == 0);
+      std::vector<float> v(1000, 1.0f);
+      gsync::allreduce(comm, std::span<float>{v});
+      CHECK(v[999] == static_cast<float>(n));
+      CHECK(comm.next_seq() == 2);
+    });
+    check_all_equal(seen, n);
+  }
+}
+
+TEST_CASE("link probe: one host never probes") {
+  gsync_test::run_shm(3, [&](auto& comm, auto&) { CHECK_FALSE(comm.transport().topo().links().has_value()); });
+}
+
+TEST_CASE("link probe: GSYNC_NET_PROBE=0 skips it, and GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US win over what it measures") {
+  {
+    scoped_env off("GSYNC_NET_PROBE", "0"), rate("GSYNC_NET_GBPS", "2");
+    seen_links seen;
+    gsync_test::run_tcp(3, [&](auto& comm, auto&) {
+      const auto& links = comm.transport().topo().links();
+      REQUIRE(links.has_value());
+      CHECK_FALSE(links->measured);
+      CHECK(links->gbps() == doctest::Approx(2.0));
+      CHECK(links->alpha_us == gsync::link_estimate{}.alpha_us);  // assumed
+      seen.add(*links);
+    });
+    check_all_equal(seen, 3);
+  }
+  {
+    scoped_env latency("GSYNC_NET_LATENCY_US", "7");
+    seen_links seen;
+    gsync_test::run_tcp(3, [&](auto& comm, auto&) {
+      const auto& links = comm.transport().topo().links();
+      REQUIRE(links.has_value());
+      CHECK(links->measured);  // the rate is still measured
+      CHECK(links->alpha_us == 7.0);
+      seen.add(*links);
+    });
+    check_all_equal(seen, 3);
+  }
+  {
+    scoped_env bad("GSYNC_NET_PROBE", "maybe");
+    CHECK_THROWS_WITH_AS(gsync_test::run_tcp(2, [](auto&, auto&) {}), doctest::Contains("GSYNC_NET_PROBE"), std::runtime_error);
+  }
+}
+
+TEST_CASE("link probe: a rank that skips it while the others probe makes every rank fail, naming the probe") {
+  const auto port = gsync_test::free_port();
+  constexpr int n = 3;
+  std::vector<std::string> msg(n);
+  std::vector<gsync::errc> kind(n, gsync::errc{});
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      gsync::bootstrap::launch_info li;
+      li.rank = r;
+      li.size = n;
+      li.master_port = port;
+      li.host_id = "probe-host-" + std::to_string(r);
+      gsync::transport::tcp_options opt;
+      opt.net_probe = r != 1;
+      try {
+        auto x = std::make_unique<gsync::transport::tcp>(li, std::chrono::seconds(10), gsync::logger(r), opt);
+        gsync::config cfg;
+        cfg.timeout = std::chrono::seconds(10);
+        gsync::tcp_communicator comm(std::move(x), cfg);
+        std::vector<float> v(1000, 1.0f);
+        gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v});
+      } catch (const gsync::error& e) {
+        kind[r] = e.kind();
+        msg[r] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; ++r) {
+    INFO("rank ", r, ": ", msg[r]);
+    CHECK(!msg[r].empty());
+  }
+  // Rank 1 reads rank 0's probe where it expects the ring's first message; rank 2 reads rank 1's
+  // allreduce where it expects the probe. Both say what each side called.
+  for (int r : {1, 2}) {
+    INFO("rank ", r, ": ", msg[r]);
+    CHECK(kind[r] == gsync::errc::mismatch);
+    CHECK(msg[r].find("start-up network probe") != std::string::npos);
+    CHECK(msg[r].find("allreduce") != std::string::npos);
+  }
+}
