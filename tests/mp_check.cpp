@@ -5,7 +5,7 @@
 // --die-rank R --die-after-ms M: rank R exits abruptly (_exit(3)) M ms into a loop of large
 // allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 for another
 // kind (so a script can assert how survivors failed, and how fast). --die-rank -1 with
-// --loop: every rank loops until killed from outside.
+// --loop: every rank loops until killed from outside (printing READY after its first allreduce).
 // --orphan-shm: this rank creates /dev/shm/gsync-PID-orphan (as a rank killed during setup would
 // leave it) and exits 3; the launcher must remove it.
 
@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
           _exit(3);
         }).detach();
       std::vector<float> v(std::size_t{1} << 22, 1.0f);
+      gsync::allreduce(comm, std::span<float>{v});
+      if (loop) {  // set-up is over and data flows: a test may kill a rank from now on
+        std::printf("READY\n");
+        std::fflush(stdout);
+      }
       for (;;) gsync::allreduce(comm, std::span<float>{v});
     }
     int wrong = 0;

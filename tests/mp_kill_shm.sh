@@ -13,16 +13,22 @@ for mode in shm tcp; do
   for attempt in 1 2 3; do
     export GSYNC_MASTER_PORT=$(( 10000 + RANDOM % 20000 ))
     pids=()
-    for r in 0 1 2; do GSYNC_RANK=$r "$prog" --loop 2>"$tmp.$r.err" & pids+=($!); done
-    sleep 1.5
+    for r in 0 1 2; do GSYNC_RANK=$r "$prog" --loop >"$tmp.$r.out" 2>"$tmp.$r.err" & pids+=($!); done
+    # Kill mid-collective: once every rank has finished its first allreduce (at most 30 s), plus
+    # a random 0-300 ms.
+    for _ in $(seq 300); do
+      [ "$(cat "$tmp".*.out 2>/dev/null | grep -c READY)" -ge 3 ] && break
+      sleep 0.1
+    done
+    sleep "0.$(printf '%03d' $((RANDOM % 300)))"
     start=$(date +%s%N)
     kill -9 "${pids[1]}"
     codes=()
     for p in "${pids[@]}"; do wait "$p"; codes+=($?); done
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     cat "$tmp".*.err
-    if grep -q "cannot listen" "$tmp.0.err"; then rm -f "$tmp".*.err; echo "port taken; retrying"; continue; fi
-    rm -f "$tmp".*.err
+    if grep -q "cannot listen" "$tmp.0.err"; then rm -f "$tmp".*.err "$tmp".*.out; echo "port taken; retrying"; continue; fi
+    rm -f "$tmp".*.err "$tmp".*.out
     break
   done
   echo "$mode: exit codes ${codes[*]}, survivors done ${ms} ms after the kill"

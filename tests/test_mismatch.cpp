@@ -192,14 +192,20 @@ TEST_CASE("abort() from another thread fails the pending operation at once and t
   for (int mode = 0; mode < 3; ++mode) {
     CAPTURE(mode);
     outcome out(3);
+    std::atomic<bool> aborted{false};
     auto f = [&](auto& comm, gsync_test::world_sync&) {
       std::thread killer;
       if (comm.rank() == 1)  // rank 1 aborts itself from another thread while it waits in the barrier
         killer = std::thread([&] {
           std::this_thread::sleep_for(300ms);
           comm.abort("watchdog says stop");
+          aborted = true;
         });
-      if (comm.rank() == 2) std::this_thread::sleep_for(1500ms);  // late: the others wait for it meanwhile
+      if (comm.rank() == 2) {  // late: enters the barrier only after the abort (bounded wait)
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        while (!aborted && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+        std::this_thread::sleep_for(200ms);
+      }
       try {
         gsync::barrier(comm);
         out.set(comm.rank(), gsync::errc{}, "no error");

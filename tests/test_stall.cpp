@@ -50,10 +50,23 @@ TEST_CASE("stall report: the waiting ranks name the rank that has not reached th
   std::string log;
   {
     stderr_capture cap;
-    gsync_test::run_tcp(3, [](auto& comm, auto&) {
+    gsync_test::run_tcp(3, [&cap](auto& comm, auto&) {
       std::vector<float> v(64, 1.0f);
       gsync::allreduce(comm, std::span<float>{v});  // op #1: everyone
-      if (comm.rank() == 2) std::this_thread::sleep_for(2500ms);  // "hangs" outside gsync
+      if (comm.rank() == 2) {
+        // "Hangs" outside gsync until both waiting ranks have reported (at most 30 s): a fixed
+        // sleep could end before a slow machine (sanitizers) has written the reports.
+        const auto until = std::chrono::steady_clock::now() + 30s;
+        const auto reports = [&cap] {
+          const std::string t = cap.text();
+          int k = 0;
+          for (auto at = t.find("ranks that have not reached op #2"); at != std::string::npos;
+               at = t.find("ranks that have not reached op #2", at + 1))
+            ++k;
+          return k;
+        };
+        while (reports() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+      }
       gsync::allreduce(comm, std::span<float>{v});  // op #2: ranks 0 and 1 wait for rank 2
       CHECK(v[0] == 9.0f);
     });

@@ -10,24 +10,30 @@
 /// uses (its hops between hosts are its slowest). In one pass every rank sends a message to its
 /// right neighbour and receives one from its left, `steps` times in a row, posting each send as
 /// soon as the previous receive has completed, so that the steps go around the ring in lockstep as
-/// the ring allreduce's do. A step is timed from one receive to the next, which leaves out the
-/// ranks' skew on entry and the first burst an idle link lets through above its rate (a switch
-/// buffer, a token bucket). Passes of 8 B, 1 MiB and 64 KiB steps run twice each (the 64 KiB pass
-/// right after the 1 MiB one, so that it starts on a link with no credit left); each rank keeps the
-/// median step of each size, since on a busy host a wake-up is now and then late by milliseconds
-/// (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 55-90 us, outliers of 5 ms).
+/// the ring allreduce's do. A pass is timed from its first receive to its last, which leaves out
+/// the ranks' skew on entry and the first burst an idle link lets through above its rate (a switch
+/// buffer, a token bucket). Passes of 8 B, 1 MiB and 64 KiB steps run three times each (the 64 KiB
+/// pass right after the 1 MiB one, so that it starts on a link with no credit left), and each rank
+/// keeps the fastest pass of each size: on a busy host a wake-up is now and then late by
+/// milliseconds (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 40-190 us, and
+/// single steps of 5 ms), which a mean over a few steps cannot absorb; and a median of single steps
+/// is no better, since a rank that was late then finds its next messages waiting (steps of ~0 us).
 /// The ranks then agree on the slowest rank's numbers by passing the running maximum around the
 /// ring (N - 1 hops of 24 bytes), so every rank derives the same estimate from the same numbers
 /// and makes the same choices.
 ///
 /// The fit: beta is the slope between the 64 KiB and 1 MiB steps, alpha the 64 KiB step less its
-/// bytes (bounded by the 8-byte step). That is the per-message cost which the mid-size schedules
-/// pay, where the crossovers between them fall: a message of tens of kilobytes overlaps most of
-/// the wake-up latency an 8-byte message shows whole (measured on 4 fake hosts at 1 Gbit/s: 8-byte
-/// steps of about 80 us, but halving-doubling, with twice recursive doubling's messages, already
-/// as fast at 16 KiB, which puts the cost per message near 25 us).
+/// bytes, kept between a quarter of the 8-byte step and the whole of it. The intercept is the
+/// per-message cost the mid-size schedules pay, where the crossovers between them fall, and it can
+/// be well below the 8-byte step: measured on 4 fake hosts at 1 Gbit/s, 8-byte steps take 40-190 us
+/// but halving-doubling, with twice recursive doubling's messages, is already as fast at 16 KiB,
+/// which puts the cost per message near 25 us. But it is the small difference of two large
+/// numbers: behind a token bucket (benchmarks/netcluster.sh's tbf) back-to-back messages spend
+/// the credit saved while the link waited, so the 64 KiB step can come out at its bytes' time and
+/// the intercept near zero (seen in about one probe in five), which would make the ring look cheapest
+/// for kilobyte messages; the floor keeps the latency-bound schedules there.
 ///
-/// Cost: about 50 + N hops and 7 MiB through each rank's link (about 70 ms on 1 Gbit/s links).
+/// Cost: about 65 + N hops and 11 MiB through each rank's link (about 100 ms on 1 Gbit/s links).
 /// The messages carry `probe_tag` and sequence number 0: no operation number of the user's is
 /// consumed, and a rank that does not probe while its peers do (ranks given different settings)
 /// fails with errc::mismatch naming both sides' calls rather than mixing the bytes up.
@@ -35,7 +41,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <vector>
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/links.hpp"
@@ -67,34 +72,30 @@ probe_result probe_links(X& x, deadline dl) {
   const int n = x.size(), me = x.rank();
   if (n < 2) return {};
   const int right = (me + 1) % n, left = (me + n - 1) % n;
-  constexpr int runs = 2;
+  constexpr int runs = 3;
   auto out = detail::make_aligned_bytes(probe_big_bytes), in = detail::make_aligned_bytes(probe_big_bytes);
   std::memset(out.get(), 0, probe_big_bytes);
   const message_id id{probe_tag, 0, fingerprint{}};
-  // One pass: `steps` ring steps of `bytes`; appends the time of each step after the first to `gaps`.
-  const auto pass = [&](std::size_t bytes, int steps, std::vector<double>& gaps) {
-    clock::time_point prev{};
+  // One pass: `steps` ring steps of `bytes`; returns the mean time of the steps after the first.
+  const auto pass = [&](std::size_t bytes, int steps) {
+    clock::time_point first{};
     for (int k = 0; k < steps; ++k) {
       x.post_send(right, id, out.get(), bytes);
       x.recv(left, id, in.get(), bytes, dl);
-      const auto now = clock::now();
-      if (k > 0) gaps.push_back(std::chrono::duration<double, std::micro>(now - prev).count());
-      prev = now;
+      if (k == 0) first = clock::now();
     }
+    const double us = std::chrono::duration<double, std::micro>(clock::now() - first).count();
     x.flush_sends(dl);
+    return us / (steps - 1);
   };
-  const auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  std::vector<double> warm, small_gaps, mid_gaps, big_gaps;
-  pass(8, 2, warm);  // the ranks enter at different times: this brings them into step
+  constexpr double inf = 1e300;
+  double t[3] = {inf, inf, inf};  // 8 B, 64 KiB, 1 MiB: the fastest pass of each
+  pass(8, 2);  // the ranks enter at different times: this brings them into step
   for (int i = 0; i < runs; ++i) {
-    pass(8, 12, small_gaps);
-    pass(probe_big_bytes, 4, big_gaps);
-    pass(probe_mid_bytes, 6, mid_gaps);
+    t[0] = std::min(t[0], pass(8, 12));
+    t[2] = std::min(t[2], pass(probe_big_bytes, 3));
+    t[1] = std::min(t[1], pass(probe_mid_bytes, 6));
   }
-  double t[3] = {median(small_gaps), median(mid_gaps), median(big_gaps)};
   // Agree on the slowest rank's numbers: after k hops each rank holds the maximum over itself and
   // the k ranks to its left.
   double got[3];
@@ -111,7 +112,8 @@ probe_result probe_links(X& x, deadline dl) {
   // Floors keep a noisy run from producing a free network: 100 Tbit/s, 1 us per message.
   const double beta = std::max(8e-8, (t[2] - t[1]) / static_cast<double>(probe_big_bytes - probe_mid_bytes));
   r.links.beta_us_per_byte = beta;
-  r.links.alpha_us = std::max(1.0, std::min(t[0], t[1] - beta * static_cast<double>(probe_mid_bytes)));
+  const double intercept = t[1] - beta * static_cast<double>(probe_mid_bytes);
+  r.links.alpha_us = std::max(1.0, std::clamp(intercept, t[0] / 4, t[0]));
   r.links.measured = true;
   return r;
 }
