@@ -679,8 +679,8 @@ std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t byt
     switch (c) {
       case coll::reduce_scatter: id = gsync::algo::choose_reduce_scatter(bytes, n, seg, s.algo_reduce_scatter).id; break;
       case coll::allgather: id = gsync::algo::choose_allgather(bytes, n, seg, s.algo_allgather).id; break;
-      case coll::broadcast: id = gsync::algo::choose_broadcast(bytes, n, seg, s.algo_broadcast).id; break;
-      case coll::reduce: id = gsync::algo::choose_reduce(bytes, n, seg, s.algo_reduce).id; break;
+      case coll::broadcast: id = gsync::algo::choose_broadcast(bytes, n, seg, s.algo_broadcast, &comm.transport().topo()).id; break;
+      case coll::reduce: id = gsync::algo::choose_reduce(bytes, n, seg, s.algo_reduce, &comm.transport().topo()).id; break;
       case coll::alltoall: id = gsync::algo::choose_alltoall(bytes, n, seg, s.algo_alltoall).id; break;
       case coll::allreduce: break;
     }
@@ -948,6 +948,11 @@ int run(int argc, char** argv) {
     else std::snprintf(step, sizeof step, "factor %g", opt.factor);
     std::printf("# sizes: %s .. %s, %s; time = max over ranks of the mean per iteration\n",
                 human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(), step);
+    const gsync::topology& topo = comm.transport().topo();
+    if (topo.hosts() > 1 && topo.links())
+      std::printf("# %d hosts; links between hosts (%s): %.1f us per message, %.3f Gbit/s\n", topo.hosts(),
+                  topo.links()->measured ? "timed at start-up" : "GSYNC_NET_* or assumed", topo.links()->alpha_us,
+                  topo.links()->gbps());
     std::printf("#\n");
     std::printf("# %11s %13s %9s %6s %18s %11s %10s %10s %7s\n", "size", "count", "type", "redop", "algo", "time",
                 "algbw", "busbw", "#wrong");

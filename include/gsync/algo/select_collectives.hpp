@@ -10,8 +10,10 @@
 ///   L(alpha + n beta); the pipelined chain (ring policy) cut into S = n/segment segments takes
 ///   (N-2+S)(alpha + n beta/S), about n beta once S >> N. The model picks the cheaper one for the
 ///   actual n, N and segment size: the tree for small buffers (and whenever the chain would have
-///   few segments), the chain for large ones. alpha/beta is taken as 32 KiB (25 us at 1.3 GB/s,
-///   loopback TCP); the thresholds are not yet fitted to measurements.
+///   few segments), the chain for large ones. alpha/beta is taken as 32 KiB on one host (25 us
+///   at 1.3 GB/s, loopback TCP; not yet fitted to measurements) and, when the ranks span several
+///   hosts, from the links the transport timed at start-up (core/links.hpp; e.g. 30 us at
+///   1 Gbit/s is about 3.6 KB, where the chain pays off much sooner).
 /// - reduce_scatter, allgather: the ring (N-1 steps of n/N bytes each way, the bandwidth optimum);
 ///   no latency-optimal variant yet.
 /// - alltoall: pairwise exchange (N-1 steps, one partner each way per step).
@@ -28,6 +30,7 @@
 #include "gsync/algo/ring.hpp"
 #include "gsync/algo/select.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/topology.hpp"
 
 namespace gsync::algo {
 
@@ -73,20 +76,30 @@ inline std::optional<collective_id> parse_collective(std::string_view collective
   return id;
 }
 
-/// The alpha/beta ratio of the model, in bytes: a message latency is worth this many bytes.
+/// The alpha/beta ratio of the model on one host, in bytes: a message latency is worth this many bytes.
 inline constexpr double alpha_over_beta_bytes = 32 * 1024;
 
-/// Model time, in units of beta, of a binomial tree over `world` ranks for `bytes`.
-inline double tree_cost(std::size_t bytes, int world) {
+/// The alpha/beta ratio, in bytes, for ranks placed as `topo` (null: unknown): from the links
+/// between hosts when the ranks span several and the transport recorded them, else
+/// `alpha_over_beta_bytes`.
+inline double alpha_bytes_for(const topology* topo) noexcept {
+  if (topo && topo->hosts() > 1 && topo->links() && topo->links()->beta_us_per_byte > 0)
+    return topo->links()->alpha_us / topo->links()->beta_us_per_byte;
+  return alpha_over_beta_bytes;
+}
+
+/// Model time, in units of beta, of a binomial tree over `world` ranks for `bytes`, a message
+/// latency being worth `alpha_bytes` bytes.
+inline double tree_cost(std::size_t bytes, int world, double alpha_bytes = alpha_over_beta_bytes) {
   const double levels = std::bit_width(static_cast<unsigned>(world - 1));  // ceil(log2 N)
-  return levels * (alpha_over_beta_bytes + static_cast<double>(bytes));
+  return levels * (alpha_bytes + static_cast<double>(bytes));
 }
 
 /// Model time, in units of beta, of the pipelined chain over `world` ranks for `bytes` in
-/// segments of `segment_bytes`.
-inline double chain_cost(std::size_t bytes, int world, std::size_t segment_bytes) {
+/// segments of `segment_bytes`, a message latency being worth `alpha_bytes` bytes.
+inline double chain_cost(std::size_t bytes, int world, std::size_t segment_bytes, double alpha_bytes = alpha_over_beta_bytes) {
   const double s = static_cast<double>(std::max<std::size_t>(1, (bytes + segment_bytes - 1) / std::max<std::size_t>(1, segment_bytes)));
-  return (world - 2 + s) * (alpha_over_beta_bytes + static_cast<double>(bytes) / s);
+  return (world - 2 + s) * (alpha_bytes + static_cast<double>(bytes) / s);
 }
 
 /// A decision, with what it was made from; `reason()` formats the explanation only when asked.
@@ -97,6 +110,7 @@ struct collective_choice {
   int world;                   ///< ranks
   std::size_t segment_bytes;   ///< pipelining unit
   std::string_view forced;     ///< GSYNC_ALGO_<COLLECTIVE> value, empty when automatic
+  double alpha_bytes = alpha_over_beta_bytes;  ///< the model's alpha/beta ratio (broadcast, reduce)
 
   /// Why `id` was chosen, in words.
   std::string reason() const {
@@ -104,9 +118,11 @@ struct collective_choice {
       return "forced by " + env_name() + "=" + std::string(forced);
     const std::string where = std::to_string(bytes) + " B on " + std::to_string(world) + " ranks";
     if (collective == "broadcast" || collective == "reduce") {
-      const std::string costs = " (model: tree " + std::to_string(static_cast<long long>(tree_cost(bytes, world))) +
-                                " vs chain " + std::to_string(static_cast<long long>(chain_cost(bytes, world, segment_bytes))) +
-                                " byte-times, alpha = 32 KiB)";
+      const std::string costs =
+          " (model: tree " + std::to_string(static_cast<long long>(tree_cost(bytes, world, alpha_bytes))) + " vs chain " +
+          std::to_string(static_cast<long long>(chain_cost(bytes, world, segment_bytes, alpha_bytes))) +
+          " byte-times, alpha = " + std::to_string(static_cast<long long>(alpha_bytes)) + " B" +
+          (alpha_bytes == alpha_over_beta_bytes ? ")" : " from the links timed at start-up)");
       if (id == collective_id::binomial_tree)
         return where + ": latency-bound, ceil(log2 N) whole-buffer hops beat the chain's N-2+S segment hops" + costs;
       return where + ": bandwidth-bound, the pipelined chain moves the buffer about once" + costs;
@@ -122,21 +138,25 @@ struct collective_choice {
   }
 };
 
-/// Chooses the broadcast algorithm for `bytes` over `world` ranks, honouring `forced`
-/// (GSYNC_ALGO_BROADCAST). Allocation-free unless `forced` is invalid.
-inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
-  collective_id id = tree_cost(bytes, world) <= chain_cost(bytes, world, segment_bytes) ? collective_id::binomial_tree
-                                                                                         : collective_id::ring;
+/// Chooses the broadcast algorithm for `bytes` over `world` ranks placed as `topo`, honouring
+/// `forced` (GSYNC_ALGO_BROADCAST). Allocation-free unless `forced` is invalid.
+inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
+                                   const topology* topo = nullptr) {
+  const double ab = alpha_bytes_for(topo);
+  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id::binomial_tree
+                                                                                                 : collective_id::ring;
   if (auto f = parse_collective("broadcast", forced, "GSYNC_ALGO_BROADCAST")) id = *f;
-  return {id, "broadcast", bytes, world, segment_bytes, forced};
+  return {id, "broadcast", bytes, world, segment_bytes, forced, ab};
 }
 
 /// Chooses the reduce algorithm (same model as broadcast), honouring `forced` (GSYNC_ALGO_REDUCE).
-inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
-  collective_id id = tree_cost(bytes, world) <= chain_cost(bytes, world, segment_bytes) ? collective_id::binomial_tree
-                                                                                         : collective_id::ring;
+inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
+                                   const topology* topo = nullptr) {
+  const double ab = alpha_bytes_for(topo);
+  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id::binomial_tree
+                                                                                                 : collective_id::ring;
   if (auto f = parse_collective("reduce", forced, "GSYNC_ALGO_REDUCE")) id = *f;
-  return {id, "reduce", bytes, world, segment_bytes, forced};
+  return {id, "reduce", bytes, world, segment_bytes, forced, ab};
 }
 
 /// Chooses the reduce_scatter algorithm (the ring), honouring `forced` (GSYNC_ALGO_REDUCE_SCATTER).
