@@ -125,7 +125,7 @@ inline cost_model network_model(const std::optional<std::string>& gbps, const st
 /// when the transport has not recorded them (`topology::links()`). Every rank must see the same
 /// values: ranks that choose different algorithms fail with errc::mismatch.
 inline cost_model network_from_env() {
-  static const cost_model m = network_model(detail::env("GSYNC_NET_GBPS"), detail::env("GSYNC_NET_LATENCY_US"));
+  static const cost_model m = cost_model::network(detail::override_links_from_env());
   return m;
 }
 

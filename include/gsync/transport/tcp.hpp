@@ -12,6 +12,8 @@
 /// control (GSYNC_TCP_CONGESTION): a system default of BBR paces every connection at its estimate of
 /// the path's bandwidth, which on loopback and short links is far below what the path carries
 /// (measured on loopback, 2 ranks, 4 MiB allreduce: 2.1 GB/s busbw under BBR, 3.6 GB/s under CUBIC).
+/// When the ranks span several hosts, set-up ends by timing the links between them
+/// (transport/link_probe.hpp, recorded in `topo().links()` for the automatic algorithm choice).
 ///
 /// Data path: `post_send` appends (header, pointer, length) to the peer's queue and writes what
 /// the kernel takes at once; the rest is written whenever a blocking call waits. A blocking call
