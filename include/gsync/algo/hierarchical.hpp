@@ -14,6 +14,19 @@
 /// inter-host traffic per host is 2(H-1)/H x B, the minimum. The intra-host levels ride shared
 /// memory. Results are bitwise identical on every rank: each chunk is combined in one fixed order.
 ///
+/// Slices (ring inside and across hosts, the default). A large buffer is cut into J slices (up to
+/// 16, each at least L segments) that flow through the three levels as a pipeline, so that the
+/// host links never wait for the shared-memory levels: (1) for each slice in turn, the intra-host
+/// reduce-scatter, then at once the first inter-host ring step's sends of that slice's chunk are
+/// queued (they leave while the next slice is being reduced inside the host); (2) the remaining
+/// inter-host reduce-scatter steps, each step over every slice in order, the last one forwarding
+/// the finished segments (the first allgather step); (3) the inter-host allgather steps, each
+/// over every slice, and right after a slice's last step its intra-host allgather, which runs
+/// while the later slices are still crossing hosts. Every connection carries its messages in the
+/// same (step, slice, segment) order on both ends. Only the first slice's reduce-scatter and the
+/// last slice's allgather are not overlapped with the host links. With J = 1 this is the plain
+/// three-level schedule above.
+///
 /// Needs every host to run the same number of ranks (topology::uniform()); otherwise, and when
 /// there is only one host or one rank per host, it runs the flat schedule of the level that exists
 /// (Intra on one host, Inter across single-rank hosts, the ring for irregular placements).
@@ -22,7 +35,11 @@
 /// `owned_chunk(p)` of `ring_layout`-style chunking, and `allgather_phase(p)` that distributes
 /// owned chunks (the ring provides both). `Inter`: any allreduce algorithm.
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <string_view>
+#include <type_traits>
 
 #include "gsync/algo/ring.hpp"
 #include "gsync/core/chunking.hpp"
@@ -52,6 +69,9 @@ struct hierarchical {
     if (local == 1) return Inter::allreduce(p);
     const int li = t.local_index(r), h = t.host_of(r);
     const auto& mates = t.ranks_on(h);
+    if constexpr (std::is_same_v<Intra, ring> && std::is_same_v<Inter, ring>) {
+      return sliced_ring(p, t, li, h);
+    }
     group_primitives<P> intra(p, mates, li, 0, p.count(), /*on_output=*/false, /*allow_final=*/false);
     Intra::reduce_scatter_phase(intra, /*final=*/false);
     const range mine = Intra::owned_chunk(intra);
@@ -61,6 +81,76 @@ struct hierarchical {
     }
     group_primitives<P> gather(p, mates, li, 0, p.count(), /*on_output=*/true, /*allow_final=*/false);
     Intra::allgather_phase(gather);
+    p.finish();
+  }
+
+  /// Number of slices the sliced schedule cuts `count` elements into, with `local` ranks per host
+  /// and segments of `segment_elems`: one per `local` segments, at least 1 and at most 16.
+  static constexpr std::size_t slices(std::size_t count, int local, std::size_t segment_elems) noexcept {
+    const std::size_t unit = static_cast<std::size_t>(local) * std::max<std::size_t>(1, segment_elems);
+    return std::clamp<std::size_t>(count / unit, 1, max_slices);
+  }
+
+ private:
+  static constexpr std::size_t max_slices = 16;
+
+  // The sliced ring-in-ring schedule (see file comment). `li`: this rank's index on its host,
+  // `h`: its host; the inter-host ring runs among the ranks t.cross(li), indexed by host.
+  template <class P>
+  static void sliced_ring(P& p, const topology& t, int li, int h) {
+    const int hosts = t.hosts();
+    const auto& mates = t.ranks_on(h);
+    const auto& across = t.cross(li);
+    const std::size_t J = slices(p.count(), t.ranks_per_host(), p.segment_elems());
+    const int next = wrap(h + 1, hosts), prev = wrap(h - 1, hosts);
+    std::array<range, max_slices> slice{}, own{};  // each slice, and this rank's chunk of it (absolute)
+    auto inter = [&](std::size_t j) {
+      return group_primitives<P>(p, across, h, own[j].offset, own[j].count, /*on_output=*/true, /*allow_final=*/true);
+    };
+    auto layout = [&](std::size_t j) { return ring_layout(own[j].count, hosts, p.segment_elems()); };
+    // (1) Reduce each slice inside the host; queue its first inter-host step at once.
+    for (std::size_t j = 0; j < J; ++j) {
+      slice[j] = split(p.count(), J, j);
+      group_primitives<P> intra(p, mates, li, slice[j].offset, slice[j].count, /*on_output=*/false, /*allow_final=*/false);
+      ring::reduce_scatter_phase(intra, /*final=*/false);
+      const range m = ring::owned_chunk(intra);
+      own[j] = {slice[j].offset + m.offset, m.count};
+      if (!own[j].count) continue;
+      auto x = inter(j);
+      const ring_layout L = layout(j);
+      for (std::size_t k = 0; k < L.segments(); ++k) x.send(next, x.in(L.segment(h, k)));
+    }
+    // (2) The inter-host reduce-scatter steps, step by step over all slices; the last step
+    // finalizes and forwards (it is the allgather's first send).
+    for (int s = 0; s <= hosts - 2; ++s)
+      for (std::size_t j = 0; j < J; ++j) {
+        if (!own[j].count) continue;
+        auto x = inter(j);
+        const ring_layout L = layout(j);
+        const int c = wrap(h - s - 1, hosts);
+        for (std::size_t k = 0; k < L.segments(); ++k) {
+          const range seg = L.segment(c, k);
+          x.recv_reduce_send(prev, next, x.out(seg), x.in(seg), /*final=*/s == hosts - 2);
+        }
+      }
+    // (3) The inter-host allgather steps over all slices; a slice's last step is followed by its
+    // intra-host allgather.
+    for (int s = 0; s <= hosts - 2; ++s)
+      for (std::size_t j = 0; j < J; ++j) {
+        if (own[j].count) {
+          auto x = inter(j);
+          const ring_layout L = layout(j);
+          const int c = wrap(h - s, hosts);
+          for (std::size_t k = 0; k < L.segments(); ++k) {
+            if (s < hosts - 2) x.recv_copy_send(prev, next, x.out(L.segment(c, k)));
+            else x.recv(prev, x.out(L.segment(c, k)));
+          }
+        }
+        if (s == hosts - 2) {
+          group_primitives<P> gather(p, mates, li, slice[j].offset, slice[j].count, /*on_output=*/true, /*allow_final=*/false);
+          ring::allgather_phase(gather);
+        }
+      }
     p.finish();
   }
 };

@@ -184,7 +184,7 @@ struct ring {
   /// the output: rank r sends it to next, and at step t receives chunk r-t from prev into the
   /// output, forwarding it except at the last step. Both are pipelined in segments like the
   /// allreduce. The phases do not call `finish()`; the caller does, before it reuses buffers.
-  /// 	param P a primitives type.
+  /// \tparam P a primitives type.
   template <class P>
   static void reduce_scatter_phase(P& p, bool final, bool forward_last = false) {
     const int n = p.size(), r = p.rank();

@@ -663,8 +663,8 @@ class tcp {
   }
 
   // A wait that involves only shared-memory peers: spin, then sleep on this rank's doorbell (at
-  // most 100 ms at a time, checking that the peers it waits for are still alive).
-  void shm_block(int in_peer, deadline dl, message_id id) {
+  // most max_sleep_ms at a time, checking that the peers it waits for are still alive).
+  void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100) {
     if (opt_.spin_us > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
       do {
@@ -684,7 +684,7 @@ class tcp {
     if (shm_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
     // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
     // check after the timed sleep.
-    const int ms = std::min(100, detail::ms_left(dl));
+    const int ms = std::min(max_sleep_ms, detail::ms_left(dl));
     shm::sleep(bell, seen, ms);
     if (shm_progress(in_peer)) return;
     check_shm_peers(in_peer, id);
@@ -872,6 +872,17 @@ class tcp {
     const bool shm_wait = in_shm || shm_queued_ > 0;
     if (!sock_in && !sock_out) {
       if (shm_wait) shm_block(in_peer, dl, id);
+      return;
+    }
+    if (!sock_in && shm_wait) {
+      // Waiting for a same-host peer while sends to other hosts are queued (a hierarchical
+      // schedule overlapping its levels): sleep on the doorbell, which a same-host message rings
+      // at once, for at most a millisecond, then hand the sockets what they take. A 4 MiB send
+      // buffer lasts 30 ms at 1 Gbit/s, so the links stay busy; a poll on the sockets instead
+      // would only wake on them and leave the same-host data waiting.
+      for (int p = 0; p < size_; ++p)
+        if (!peers_[p].shm && !peers_[p].q.empty()) pump(p);
+      shm_block(in_peer, dl, id, /*max_sleep_ms=*/1);
       return;
     }
     pfds_.clear();
