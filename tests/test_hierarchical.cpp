@@ -121,6 +121,39 @@ TEST_CASE("automatic choice: hierarchical for large buffers when ranks span host
   CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts).id == allreduce_id::ring);
 }
 
+TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) keeps small buffers off the hierarchical schedule") {
+  using namespace gsync::algo;
+  // 2 hosts x 4 ranks on 1 Gbit/s links with 100 us per message between hosts.
+  gsync::topology t = gsync::topology::blocks(8, 4);
+  gsync::link_estimate l;
+  l.alpha_us = 100;
+  l.beta_us_per_byte = 8e-3;
+  l.measured = true;
+  l.intra_alpha_us = 5;  // a core per rank: a message inside a host is cheap
+  t.set_links(l);
+  CHECK(cost_model::shared_memory_of(t).alpha_us == 5);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  l.intra_alpha_us = 400;  // an oversubscribed host: every message inside it waits for a wake-up
+  t.set_links(l);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id != allreduce_id::hierarchical);
+  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &t).id != allreduce_id::hierarchical);
+  // Not measured (0): the assumed cost.
+  l.intra_alpha_us = 0;
+  t.set_links(l);
+  CHECK(cost_model::shared_memory_of(t).alpha_us == cost_model::shared_memory().alpha_us);
+}
+
+TEST_CASE("hierarchical schedule: slices per buffer") {
+  using H = gsync::algo::hierarchical_default;
+  CHECK(H::slices(0, 4, 1024) == 1);
+  CHECK(H::slices(4 * 1024 - 1, 4, 1024) == 1);
+  CHECK(H::slices(3 * 4 * 1024, 4, 1024) == 3);
+  CHECK(H::slices(std::size_t{1} << 30, 4, 1024) == 16);
+  CHECK(H::slices(100, 2, 0) == 16);  // a zero segment counts as one element
+}
+
 TEST_CASE("network model: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US move the crossovers of the automatic choice") {
   using namespace gsync::algo;
   const cost_model assumed = cost_model::network();

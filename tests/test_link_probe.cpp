@@ -43,6 +43,7 @@ void check_all_equal(const seen_links& s, int n) {
     CHECK(l.alpha_us == s.v.front().alpha_us);
     CHECK(l.beta_us_per_byte == s.v.front().beta_us_per_byte);
     CHECK(l.measured == s.v.front().measured);
+    CHECK(l.intra_alpha_us == s.v.front().intra_alpha_us);
   }
 }
 
@@ -79,6 +80,9 @@ TEST_CASE("link probe: ranks on several hosts measure their links at start-up, b
       // Loopback and shared memory: far faster than 100 Mbit/s, and no faster than the floor.
       CHECK(links->gbps() > 0.1);
       CHECK(links->beta_us_per_byte >= 8e-8);
+      // Several ranks per host: the messages inside a host were timed too.
+      if (per > 1) CHECK(links->intra_alpha_us >= 1.0);
+      else CHECK(links->intra_alpha_us == 0);
       seen.add(*links);
       // The probe is not an operation of the user's: nothing counted, and the first collective is op #1.
       CHECK(comm.counters().total().calls == 0);

@@ -10,6 +10,7 @@
 /// picks the cheapest. The choice and its reason (the two best estimates) are logged once per
 /// collective shape at GSYNC_DEBUG=INFO.
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <optional>
@@ -99,6 +100,13 @@ struct cost_model {
   /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
   /// kernel). Only its ratio to `network` matters for the hierarchical choice.
   static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
+  /// Shared memory inside the hosts of a job placed as `topo`: `shared_memory()`, with the cost
+  /// of a message timed at start-up where the probe measured it (core/links.hpp).
+  static cost_model shared_memory_of(const topology& topo) noexcept {
+    cost_model m = shared_memory();
+    if (const auto& l = topo.links(); l && l->intra_alpha_us > 0) m.alpha_us = l->intra_alpha_us;
+    return m;
+  }
   /// TCP between hosts, from the cost of the links (core/links.hpp): measured by the TCP
   /// transport at start-up, given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, or by default assumed
   /// (a 10 Gbit/s link, 50 us per message).
@@ -203,14 +211,17 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
 /// reduce-scatter and allgather inside a host (model `intra`, s bytes over L ranks), plus the ring
 /// allreduce of s/L bytes across the H hosts (model `inter`), where the L cross-host allreduces of
 /// a host run at once and share its link: together they put 2(H-1)/H s bytes on it, against the
-/// flat ring's 2(N-1)/N s.
+/// flat ring's 2(N-1)/N s. The schedule runs in J slices (`hierarchical::slices`, one per L
+/// segments, at most 16) whose levels overlap, so the two times combine as the larger plus 1/J
+/// of the smaller (their sum when J = 1).
 constexpr double estimate_hierarchical_us(std::size_t bytes, int hosts, int local, const cost_model& intra,
                                           const cost_model& inter) noexcept {
   const double s = static_cast<double>(bytes), H = hosts, L = local;
   const double t_intra = estimate_us(allreduce_id::ring, bytes, local, intra);
   const double t_inter = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s / L), hosts, inter) +
                          (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
-  return t_intra + t_inter;
+  const double J = static_cast<double>(hierarchical_default::slices(bytes, local, intra.segment_bytes));
+  return std::max(t_intra, t_inter) + std::min(t_intra, t_inter) / J;
 }
 
 /// A decision, with what it was made from. The choice runs on every collective, so the
@@ -275,7 +286,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
     }
   }
   if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
-    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), cost_model::shared_memory(),
+    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), cost_model::shared_memory_of(*topo),
                                               network);
     if (h < best_us) second = best, second_us = best_us, best = allreduce_id::hierarchical, best_us = h;
     else if (h < second_us) second = allreduce_id::hierarchical, second_us = h;

@@ -25,6 +25,10 @@ struct link_estimate {
   double alpha_us = 50.0;            ///< per message on the critical path (latency + per-message overhead)
   double beta_us_per_byte = 8.0e-4;  ///< per byte through one link direction (8e-4: 10 Gbit/s)
   bool measured = false;             ///< true when the numbers come from the start-up probe
+  /// Per message between two ranks of one host (shared memory), timed by the probe when hosts
+  /// run several ranks each; 0 when not measured (the cost model's assumption then stands).
+  /// Matters on hosts that run more ranks than cores, where a hop waits for a wake-up.
+  double intra_alpha_us = 0;
 
   /// Link rate in Gbit/s that `beta_us_per_byte` stands for.
   double gbps() const noexcept { return 8.0 / (beta_us_per_byte * 1e3); }

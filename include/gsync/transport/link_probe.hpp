@@ -18,8 +18,14 @@
 /// milliseconds (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 40-190 us, and
 /// single steps of 5 ms), which a mean over a few steps cannot absorb; and a median of single steps
 /// is no better, since a rank that was late then finds its next messages waiting (steps of ~0 us).
+/// When every host runs the same number L > 1 of ranks, a fourth kind of pass times 8-byte steps
+/// around each host's own ring (local rank i to i+1, through shared memory), three times,
+/// fastest kept: the cost of one message inside a host, which the hierarchical schedule pays
+/// 2(L-1) times per call. On a host with a core per rank that is a few microseconds; on one that
+/// runs more ranks than cores it is a scheduler wake-up, hundreds of microseconds, and decides
+/// whether the hierarchical schedule is worth it for small messages.
 /// The ranks then agree on the slowest rank's numbers by passing the running maximum around the
-/// ring (N - 1 hops of 24 bytes), so every rank derives the same estimate from the same numbers
+/// ring (N - 1 hops of 32 bytes), so every rank derives the same estimate from the same numbers
 /// and makes the same choices.
 ///
 /// The fit: beta is the slope between the 64 KiB and 1 MiB steps, alpha the 64 KiB step less its
@@ -44,6 +50,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/links.hpp"
+#include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 
 namespace gsync::transport {
@@ -57,6 +64,7 @@ struct probe_result {
   double small_step_us = 0;   ///< one ring step of 8 bytes, slowest rank
   double mid_step_us = 0;     ///< one ring step of `probe_mid_bytes`, slowest rank
   double big_step_us = 0;     ///< one ring step of `probe_big_bytes`, slowest rank
+  double intra_step_us = 0;   ///< one 8-byte step around a host's ring, slowest rank (0: not timed)
 };
 
 /// Message sizes of the two bandwidth passes.
@@ -76,39 +84,54 @@ probe_result probe_links(X& x, deadline dl) {
   auto out = detail::make_aligned_bytes(probe_big_bytes), in = detail::make_aligned_bytes(probe_big_bytes);
   std::memset(out.get(), 0, probe_big_bytes);
   const message_id id{probe_tag, 0, fingerprint{}};
-  // One pass: `steps` ring steps of `bytes`; returns the mean time of the steps after the first.
-  const auto pass = [&](std::size_t bytes, int steps) {
+  // One pass: `steps` ring steps of `bytes` (to `to`, from `from`); returns the mean time of the
+  // steps after the first.
+  const auto pass_on = [&](int to, int from, std::size_t bytes, int steps) {
     clock::time_point first{};
     for (int k = 0; k < steps; ++k) {
-      x.post_send(right, id, out.get(), bytes);
-      x.recv(left, id, in.get(), bytes, dl);
+      x.post_send(to, id, out.get(), bytes);
+      x.recv(from, id, in.get(), bytes, dl);
       if (k == 0) first = clock::now();
     }
     const double us = std::chrono::duration<double, std::micro>(clock::now() - first).count();
     x.flush_sends(dl);
     return us / (steps - 1);
   };
+  const auto pass = [&](std::size_t bytes, int steps) { return pass_on(right, left, bytes, steps); };
+  // The host's own ring, when hosts run L > 1 ranks each (the same placement on every rank).
+  const topology& tp = x.topo();
+  const bool intra = tp.hosts() > 1 && tp.uniform() && tp.world() == n && tp.ranks_per_host() > 1;
+  int mate_right = -1, mate_left = -1;
+  if (intra) {
+    const auto& mates = tp.ranks_on(tp.host_of(me));
+    const int l = static_cast<int>(mates.size()), i = tp.local_index(me);
+    mate_right = mates[static_cast<std::size_t>((i + 1) % l)];
+    mate_left = mates[static_cast<std::size_t>((i + l - 1) % l)];
+  }
   constexpr double inf = 1e300;
-  double t[3] = {inf, inf, inf};  // 8 B, 64 KiB, 1 MiB: the fastest pass of each
+  double t[4] = {inf, inf, inf, intra ? inf : 0.0};  // 8 B, 64 KiB, 1 MiB, 8 B inside the host: the fastest pass of each
   pass(8, 2);  // the ranks enter at different times: this brings them into step
   for (int i = 0; i < runs; ++i) {
     t[0] = std::min(t[0], pass(8, 12));
     t[2] = std::min(t[2], pass(probe_big_bytes, 3));
     t[1] = std::min(t[1], pass(probe_mid_bytes, 6));
+    if (intra) t[3] = std::min(t[3], pass_on(mate_right, mate_left, 8, 12));
   }
   // Agree on the slowest rank's numbers: after k hops each rank holds the maximum over itself and
   // the k ranks to its left.
-  double got[3];
+  double got[4];
   for (int k = 0; k < n - 1; ++k) {
     x.post_send(right, id, reinterpret_cast<const std::byte*>(t), sizeof t);
     x.recv(left, id, reinterpret_cast<std::byte*>(got), sizeof got, dl);
     x.flush_sends(dl);  // `t` must not change while queued
-    for (int j = 0; j < 3; ++j) t[j] = std::max(t[j], got[j]);
+    for (int j = 0; j < 4; ++j) t[j] = std::max(t[j], got[j]);
   }
   probe_result r;
   r.small_step_us = t[0];
   r.mid_step_us = t[1];
   r.big_step_us = t[2];
+  r.intra_step_us = t[3];
+  if (intra) r.links.intra_alpha_us = std::max(1.0, t[3]);
   // Floors keep a noisy run from producing a free network: 100 Tbit/s, 1 us per message.
   const double beta = std::max(8e-8, (t[2] - t[1]) / static_cast<double>(probe_big_bytes - probe_mid_bytes));
   r.links.beta_us_per_byte = beta;

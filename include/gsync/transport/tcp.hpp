@@ -212,7 +212,8 @@ class tcp {
           const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
           how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
                 " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " +
-                detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" + (net_gbps || net_latency ? "; GSYNC_NET_* given win" : "");
+                detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" +
+                (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") + (net_gbps || net_latency ? "; GSYNC_NET_* given win" : "");
         }
         topo_.set_links(links);
         log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
