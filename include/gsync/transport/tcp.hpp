@@ -103,7 +103,12 @@ struct tcp_options {
   /// busy spin and before it sleeps on its futex (GSYNC_YIELD_US). Sleeping costs a wake-up through
   /// the scheduler (tens of microseconds, milliseconds on a loaded host); yielding keeps the
   /// latency of a reply that comes soon low without starving the rank being waited for.
-  int yield_us = 2000;
+  /// -1: automatic, 2000 us, but 0 when this machine runs more ranks than cores and this rank has
+  /// peers both through shared memory and over TCP: there the ranks that wait on sockets sleep,
+  /// and the yielding ones delay their wake-ups (measured on 2 fake hosts x 4 ranks sharing 2
+  /// cores: a 64 B allreduce 1.1-1.8 ms without yielding against 1.2-5 ms with it, 256 KiB
+  /// 2.2-2.5 against 3.1-5.6 ms; one host alone, 8 ranks, is the other way round: 70 against 200 us).
+  int yield_us = -1;
   /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
   bool shm = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
@@ -187,20 +192,20 @@ class tcp {
       staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
       if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
       if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
-      if (opt_.spin_us < 0) {
-        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
-        // identities), or more when other "hosts" (containers, network namespaces) run on the
-        // same kernel, as the fake hosts of benchmarks/netcluster.sh do.
-        const int local = std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_);
-        opt_.spin_us = static_cast<unsigned>(local) <= cores ? 50 : 0;
-      }
+      // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
+      // identities), or more when other "hosts" (containers, network namespaces) run on the same
+      // kernel, as the fake hosts of benchmarks/netcluster.sh do.
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      const bool machine_oversubscribed =
+          static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+      if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
       const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
+      if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
       name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
       log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
                 std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
                 std::to_string(machine_ranks_) + " on this machine, spin " +
-                std::to_string(opt_.spin_us) + " us)");
+                std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us)");
       if (topo_.hosts() > 1) {
         // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
         link_estimate links = detail::override_links({}, net_gbps, net_latency);
