@@ -5,6 +5,9 @@
 // bug in the bit manipulation cannot cancel itself out.
 
 #include <gsync/core/half.hpp>
+#include <gsync/core/half_simd.hpp>
+#include <gsync/core/ops.hpp>
+#include <gsync/core/reduce.hpp>
 
 #include <doctest/doctest.h>
 
@@ -479,4 +482,78 @@ TEST_CASE("element-wise sum loops over half and bfloat16 match per-element conve
     }
   }
   CHECK(failures == 0);
+}
+
+// ---- hardware conversions (core/half_simd.hpp) -------------------------------------------------
+
+TEST_CASE("half: bulk conversions (F16C where the CPU has it) equal the portable ones bit for bit") {
+  const std::string hw = std::string("F16C in use: ") + (gsync::detail::f16c_available() ? "yes" : "no");
+  MESSAGE(hw);
+  // Every half, widened in bulk.
+  std::vector<half> all(65536);
+  for (std::uint32_t u = 0; u < 65536; ++u) all[u] = half::from_bits(static_cast<std::uint16_t>(u));
+  std::vector<float> wide(all.size());
+  gsync::detail::halves_to_floats(all.data(), wide.data(), all.size());
+  int failures = 0;
+  for (std::uint32_t u = 0; u < 65536 && failures < kMaxReported; ++u)
+    if (float_bits(wide[u]) != float_bits(float(all[u]))) {
+      ++failures;
+      FAIL_CHECK("half bits " << hex(u) << " widened to " << hex(float_bits(wide[u])));
+    }
+  // Floats narrowed in bulk: a strided sweep of all bit patterns, every float near the subnormal
+  // range and the midpoints, in one odd-length array (so the scalar tail runs too).
+  std::vector<float> f;
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 40009) f.push_back(bits_float(static_cast<std::uint32_t>(u)));
+  for (std::uint32_t u = float_bits(0x1p-26f); u < float_bits(0x1p-13f); u += 997) f.push_back(bits_float(u)), f.push_back(-bits_float(u));
+  for (std::uint32_t h = 0; h < 0x7c00; ++h) {  // between each half and the next: the midpoint and its neighbours
+    const float mid = (float(half::from_bits(static_cast<std::uint16_t>(h))) + float(half::from_bits(static_cast<std::uint16_t>(h + 1)))) / 2;
+    for (const std::uint32_t d : {0u, 1u}) f.push_back(bits_float(float_bits(mid) + d)), f.push_back(bits_float(float_bits(mid) - d));
+  }
+  if (f.size() % 2 == 0) f.push_back(65520.0f);
+  std::vector<half> narrow(f.size());
+  gsync::detail::floats_to_halves(f.data(), narrow.data(), f.size());
+  for (std::size_t i = 0; i < f.size() && failures < kMaxReported; ++i)
+    if (narrow[i].bits() != half(f[i]).bits()) {
+      ++failures;
+      FAIL_CHECK("float bits " << hex(float_bits(f[i])) << " narrowed to " << hex(narrow[i].bits()) << ", expected "
+                               << hex(half(f[i]).bits()));
+    }
+  CHECK(f.size() > 100000);
+  CHECK(failures == 0);
+}
+
+TEST_CASE("half: the reduction loops (F16C where the CPU has it) equal per-element combination, in and out of place") {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{65}, std::size_t{4099}}) {
+    CAPTURE(n);
+    std::vector<half> a(n), b(n), expect(n), expect_avg(n), got(n);
+    std::uint32_t state = 777u + static_cast<std::uint32_t>(n);
+    auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<std::uint16_t>(state >> 16);
+    };
+    for (std::size_t i = 0; i < n; ++i) a[i] = half::from_bits(next()), b[i] = half::from_bits(next());
+    const gsync::op::sum sum;
+    const gsync::op::avg avg;
+    for (std::size_t i = 0; i < n; ++i) {
+      expect[i] = half(float(a[i]) + float(b[i]));
+      expect_avg[i] = half((float(a[i]) + float(b[i])) / 3.0f);
+    }
+    // Equal bits, except that any NaN matches any NaN (which input's payload a NaN result carries
+    // depends on the order the compiler gave the operands).
+    auto same = [&](const std::vector<half>& x, const std::vector<half>& y) {
+      for (std::size_t i = 0; i < n; ++i)
+        if (x[i].bits() != y[i].bits() && !(half_is_nan(x[i].bits()) && half_is_nan(y[i].bits()))) return false;
+      return true;
+    };
+    gsync::detail::reduce_to<false>(got.data(), a.data(), b.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    got = a;
+    gsync::detail::reduce_inplace<false>(got.data(), b.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    got = b;
+    gsync::detail::reduce_inplace_rhs<false>(got.data(), a.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    gsync::detail::reduce_to<true>(got.data(), a.data(), b.data(), n, avg, 3);
+    CHECK(same(got, expect_avg));
+  }
 }

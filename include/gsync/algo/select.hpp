@@ -212,16 +212,18 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
 /// allreduce of s/L bytes across the H hosts (model `inter`), where the L cross-host allreduces of
 /// a host run at once and share its link: together they put 2(H-1)/H s bytes on it, against the
 /// flat ring's 2(N-1)/N s. The schedule runs in J slices (`hierarchical::slices`, one per L
-/// segments, at most 16) whose levels overlap, so the two times combine as the larger plus 1/J
-/// of the smaller (their sum when J = 1).
+/// segments of the model's size, at most 16) that flow through the levels as a pipeline: with
+/// a and b the times of one slice inside and across hosts, it takes a + b to fill and drain
+/// and (J-1) max(a, b) in between; each slice pays the per-message costs again.
 constexpr double estimate_hierarchical_us(std::size_t bytes, int hosts, int local, const cost_model& intra,
                                           const cost_model& inter) noexcept {
-  const double s = static_cast<double>(bytes), H = hosts, L = local;
-  const double t_intra = estimate_us(allreduce_id::ring, bytes, local, intra);
-  const double t_inter = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s / L), hosts, inter) +
-                         (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
-  const double J = static_cast<double>(hierarchical_default::slices(bytes, local, intra.segment_bytes));
-  return std::max(t_intra, t_inter) + std::min(t_intra, t_inter) / J;
+  const double H = hosts, L = local;
+  const std::size_t J = hierarchical_default::slices(bytes, local, intra.segment_bytes);
+  const double s = static_cast<double>(bytes) / static_cast<double>(J);  // one slice
+  const double a = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s), local, intra);
+  const double b = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s / L), hosts, inter) +
+                   (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
+  return a + b + static_cast<double>(J - 1) * std::max(a, b);
 }
 
 /// A decision, with what it was made from. The choice runs on every collective, so the

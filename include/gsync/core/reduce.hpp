@@ -2,14 +2,17 @@
 /// \file
 /// The element loops: the only code that combines values. Everything above works on ranges,
 /// everything below on bytes. The loops are plain indexed loops over `__restrict` pointers with the
-/// operator inlined, which GCC and Clang vectorize at -O2/-O3 for every dtype x built-in op
-/// (benchmarks/reduce_kernels.cpp measures them; tests check a user functor through a constexpr
-/// evaluation, which proves the call is static).
+/// operator inlined, which GCC and Clang vectorize at -O2/-O3 (gsync-reduce-kernels,
+/// benchmarks/reduce_kernels.cpp, measures them; tests check a user functor through a constexpr
+/// evaluation, which proves the call is static). Half elements go through the CPU's F16C
+/// conversions where it has them (core/half_simd.hpp: bit-identical results): the portable
+/// conversion runs about 30x slower (0.23 against 6.6 elements per ns for a sum, one core).
 
 #include <cstddef>
 #include <cstring>
 
 #include "gsync/core/concepts.hpp"
+#include "gsync/core/half_simd.hpp"
 
 namespace gsync::detail {
 
@@ -35,10 +38,32 @@ constexpr T combine(T a, T b, const Op& op, int world) noexcept {
   return from_accum<T>(v);
 }
 
+/// The half loops in hardware (core/half_simd.hpp) when the CPU can: dst[i] = combine(a[i], b[i]),
+/// dst may equal a or b. Returns false (nothing done) where it cannot, or during constant evaluation.
+template <bool Final, class T, class Op>
+constexpr bool reduce_half_hw([[maybe_unused]] T* dst, [[maybe_unused]] const T* a, [[maybe_unused]] const T* b,
+                              [[maybe_unused]] std::size_t n, [[maybe_unused]] const Op& op,
+                              [[maybe_unused]] int world) noexcept {
+#if GSYNC_HAVE_F16C_PATH
+  if constexpr (std::is_same_v<T, half>) {
+    if (std::is_constant_evaluated() || !f16c_available()) return false;
+    combine_halves_f16c(dst, a, b, n, [&op, world](float x, float y) {
+      (void)world;  // used only when Final
+      float v = static_cast<float>(op(x, y));
+      if constexpr (Final && finalizing_op<Op, T>) v = static_cast<float>(op.finalize(v, world));
+      return v;
+    });
+    return true;
+  }
+#endif
+  return false;
+}
+
 /// dst[i] = op(a[i], b[i]) (then finalize when `Final`); dst must not overlap a or b.
 template <bool Final, class T, class Op>
 constexpr void reduce_to(T* __restrict dst, const T* __restrict a, const T* __restrict b, std::size_t n,
                          const Op& op, int world) noexcept {
+  if (reduce_half_hw<Final>(dst, a, b, n, op, world)) return;
   // Blocks of a fixed element count: the inner loop has a constant trip count, which GCC
   // vectorizes even under -O2's very-cheap cost model; the tail runs scalar.
   constexpr std::size_t B = block_elems<T>;
@@ -52,6 +77,7 @@ constexpr void reduce_to(T* __restrict dst, const T* __restrict a, const T* __re
 template <bool Final, class T, class Op>
 constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::size_t n, const Op& op,
                               int world) noexcept {
+  if (reduce_half_hw<Final>(dst, dst, b, n, op, world)) return;
   constexpr std::size_t B = block_elems<T>;
   std::size_t i = 0;
   for (; i + B <= n; i += B)
@@ -64,6 +90,7 @@ constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::siz
 template <bool Final, class T, class Op>
 constexpr void reduce_inplace_rhs(T* __restrict dst, const T* __restrict a, std::size_t n, const Op& op,
                                   int world) noexcept {
+  if (reduce_half_hw<Final>(dst, a, dst, n, op, world)) return;
   constexpr std::size_t B = block_elems<T>;
   std::size_t i = 0;
   for (; i + B <= n; i += B)

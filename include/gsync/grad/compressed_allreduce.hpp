@@ -68,6 +68,7 @@
 #include "gsync/core/half.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/grad/compression.hpp"
+#include "gsync/grad/nonfinite.hpp"
 #include "gsync/grad/quantize.hpp"
 #include "gsync/grad/topk.hpp"
 
@@ -175,7 +176,20 @@ std::size_t run_float16(communicator<X>& comm, std::span<float> g, bool ef, comp
   st.wire.resize(n);
   T* w = st.wire.data();
   const float* gp = g.data();
-  if (ef) {
+  if (ef && std::is_same_v<T, half>) {
+    // Blocks: corrected values, narrowed and widened again in bulk (F16C where available).
+    st.residual.resize(n, 0.0f);
+    float* r = st.residual.data();
+    constexpr std::size_t B = 256;
+    alignas(32) float e[B], back[B];
+    for (std::size_t i = 0; i < n; i += B) {
+      const std::size_t m = std::min(B, n - i);
+      for (std::size_t k = 0; k < m; ++k) e[k] = gp[i + k] + r[i + k];
+      gsync::grad::cast_into(e, w + i, m);
+      gsync::grad::cast_into(w + i, back, m);
+      for (std::size_t k = 0; k < m; ++k) r[i + k] = finite_or_zero(e[k] - back[k]);
+    }
+  } else if (ef) {
     st.residual.resize(n, 0.0f);
     float* r = st.residual.data();
     for (std::size_t i = 0; i < n; ++i) {
@@ -184,15 +198,14 @@ std::size_t run_float16(communicator<X>& comm, std::span<float> g, bool ef, comp
       r[i] = finite_or_zero(e - static_cast<float>(w[i]));
     }
   } else {
-    for (std::size_t i = 0; i < n; ++i) w[i] = T(gp[i]);
+    gsync::grad::cast_into(gp, w, n);
   }
   gsync::allreduce<algo::ring>(comm, std::span<T>{w, n}, op::sum{});
   float* out = g.data();
-  if (average) {  // divided in float32 while casting back (cheaper than op::avg's 16-bit finalize)
+  gsync::grad::cast_into(static_cast<const T*>(w), out, n);
+  if (average) {  // divided in float32 after casting back (cheaper than op::avg's 16-bit finalize)
     const float fn = static_cast<float>(comm.size());
-    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(w[i]) / fn;
-  } else {
-    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(w[i]);
+    for (std::size_t i = 0; i < n; ++i) out[i] /= fn;
   }
   return ring_allreduce_bytes(n, comm.size(), comm.rank(), sizeof(T));
 }

@@ -17,7 +17,9 @@
 /// thing it cannot tell is *which* rank contributed the bad value.
 ///
 /// The loops are plain counted loops over contiguous arrays with no data-dependent branches, so the
-/// compiler vectorizes them (the 16-bit conversions are branch-free integer code, see core/half.hpp).
+/// compiler vectorizes them (the 16-bit conversions are branch-free integer code, see core/half.hpp);
+/// float <-> half conversions use the CPU's F16C instructions where it has them
+/// (core/half_simd.hpp, bit-identical).
 
 #include <bit>
 #include <cstddef>
@@ -28,6 +30,7 @@
 
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/half.hpp"
+#include "gsync/core/half_simd.hpp"
 
 namespace gsync::grad {
 
@@ -60,7 +63,9 @@ inline std::uint32_t nonfinite_bit(float v) noexcept {
 template <class From, class To>
 void cast_into(const From* src, To* dst, std::size_t n) noexcept {
   static_assert(is_grad_element_v<From> && is_grad_element_v<To>, "cast_into: float, bfloat16 or half only");
-  for (std::size_t i = 0; i < n; ++i) dst[i] = detail::from_f<To>(detail::to_f(src[i]));
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) return gsync::detail::floats_to_halves(src, dst, n);
+  else if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) return gsync::detail::halves_to_floats(src, dst, n);
+  else for (std::size_t i = 0; i < n; ++i) dst[i] = detail::from_f<To>(detail::to_f(src[i]));
 }
 
 /// Fused unpack: dst[i] = To(float(src[i]) * factor) for i < n; returns how many stored values are
@@ -70,6 +75,11 @@ void cast_into(const From* src, To* dst, std::size_t n) noexcept {
 template <class From, class To>
 std::size_t unpack_scan(const From* src, To* dst, std::size_t n, float factor) noexcept {
   static_assert(is_grad_element_v<From> && is_grad_element_v<To>, "unpack_scan: float, bfloat16 or half only");
+  if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) {
+    // Widen in bulk (hardware where available) straight into dst, then scale and count there.
+    gsync::detail::halves_to_floats(src, dst, n);
+    return unpack_scan(dst, dst, n, factor);
+  }
   std::uint32_t bad = 0;  // per-call count; a 32-bit counter vectorizes better than size_t
   std::size_t total = 0;
   constexpr std::size_t block = std::size_t{1} << 30;  // keeps the 32-bit counter from wrapping

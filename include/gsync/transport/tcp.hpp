@@ -670,12 +670,14 @@ class tcp {
 
   // A wait that involves only shared-memory peers: spin, then sleep on this rank's doorbell (at
   // most max_sleep_ms at a time, checking that the peers it waits for are still alive).
-  void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100) {
+  // With `sockets`, also hands queued TCP sends to the kernel between polls.
+  void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false) {
     if (opt_.spin_us > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.spin_us);
       do {
         for (int i = 0; i < 64; ++i) cpu_relax();
         if (shm_progress(in_peer)) return;
+        if (sockets) pump_sockets();
       } while (std::chrono::steady_clock::now() < until);
     }
     if (opt_.yield_us > 0) {  // give the core to whoever runs (often the rank waited for), stay awake
@@ -683,6 +685,7 @@ class tcp {
       do {
         ::sched_yield();
         if (shm_progress(in_peer)) return;
+        if (sockets) pump_sockets();
       } while (std::chrono::steady_clock::now() < until);
     }
     auto& bell = seg_.bell();
@@ -764,6 +767,12 @@ class tcp {
                       (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
     if (id.seq != 0) msg += behind_report(id.seq, now + std::chrono::seconds(1));
     fail(errc::timeout, msg);
+  }
+
+  // pump() for every TCP peer with queued sends.
+  void pump_sockets() {
+    for (int p = 0; p < size_; ++p)
+      if (!peers_[p].shm && !peers_[p].q.empty()) pump(p);
   }
 
   // Writes as much of the peer's queue as the kernel takes now; several queued messages go out in
@@ -882,13 +891,12 @@ class tcp {
     }
     if (!sock_in && shm_wait) {
       // Waiting for a same-host peer while sends to other hosts are queued (a hierarchical
-      // schedule overlapping its levels): sleep on the doorbell, which a same-host message rings
-      // at once, for at most a millisecond, then hand the sockets what they take. A 4 MiB send
-      // buffer lasts 30 ms at 1 Gbit/s, so the links stay busy; a poll on the sockets instead
-      // would only wake on them and leave the same-host data waiting.
-      for (int p = 0; p < size_; ++p)
-        if (!peers_[p].shm && !peers_[p].q.empty()) pump(p);
-      shm_block(in_peer, dl, id, /*max_sleep_ms=*/1);
+      // schedule overlapping its levels, or a host's last rank in a flat ring): wait as for
+      // shared memory alone, which a same-host message ends at once, handing the sockets what
+      // they take between polls and sleeping on the doorbell at most a millisecond at a time. A
+      // poll on the sockets instead would only wake on them and leave the same-host data waiting.
+      pump_sockets();
+      shm_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
       return;
     }
     pfds_.clear();

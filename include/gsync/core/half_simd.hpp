@@ -1,0 +1,117 @@
+#pragma once
+/// \file
+/// Hardware conversions between float and IEEE binary16 (`gsync::half`) for bulk loops: x86's F16C
+/// instructions (VCVTPH2PS, and VCVTPS2PH with rounding mode 0, round to nearest even), chosen at
+/// run time, so that a binary built for any x86-64 uses them where the CPU has them (every x86
+/// CPU since 2012) and the portable conversion of core/half.hpp elsewhere.
+///
+/// The results are bit-identical to core/half.hpp's conversions for every input: checked for all
+/// 2^32 float bit patterns and all 65536 half ones (tests/test_half.cpp repeats the check on a
+/// sample at every run): the same rounding, gradual underflow, overflow to Inf, and quiet NaNs
+/// keeping their top payload bits. So a rank with F16C and one without combine to the same bits.
+/// The F16C code lives in functions compiled for that instruction set alone (`target`
+/// attributes); nothing else of the user's binary needs -mf16c. GSYNC_NO_F16C=1 turns it off
+/// (for comparisons).
+///
+/// Used by the reduction loops on half elements (core/reduce.hpp) and by the casts of the gradient
+/// layer's fp16 wire (grad/).
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+#include "gsync/core/half.hpp"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define GSYNC_HAVE_F16C_PATH 1
+#else
+#define GSYNC_HAVE_F16C_PATH 0
+#endif
+
+namespace gsync::detail {
+
+/// True when this CPU converts halves in hardware (F16C and AVX) and GSYNC_NO_F16C is not set.
+/// Evaluated once per process.
+inline bool f16c_available() noexcept {
+#if GSYNC_HAVE_F16C_PATH
+  static const bool ok = [] {
+    const char* off = std::getenv("GSYNC_NO_F16C");
+    if (off && *off && std::strcmp(off, "0") != 0) return false;
+    // CPUID leaf 1, ECX: bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE; and the OS must save the YMM
+    // registers (XCR0 bits 1 and 2).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    constexpr unsigned f16c = 1u << 29, avx = 1u << 28, osxsave = 1u << 27;
+    if ((ecx & (f16c | avx | osxsave)) != (f16c | avx | osxsave)) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+#if GSYNC_HAVE_F16C_PATH
+#define GSYNC_F16C_TARGET [[gnu::target("avx,f16c")]]
+
+/// dst[i] = float(src[i]), 8 at a time. F16C must be available.
+GSYNC_F16C_TARGET inline void halves_to_floats_f16c(const half* src, float* dst, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = half_bits_to_float(src[i].bits());
+}
+
+/// dst[i] = half(src[i]), 8 at a time, rounding to nearest even. F16C must be available.
+GSYNC_F16C_TARGET inline void floats_to_halves_f16c(const float* src, half* dst, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), 0));
+  for (; i < n; ++i) dst[i] = half(src[i]);
+}
+
+/// dst[i] = half(f(float(a[i]), float(b[i]))) in blocks of 64 elements: the halves are widened in
+/// hardware, `f` runs on floats (vectorized with AVX here), the results are narrowed in hardware.
+/// dst may equal a or b (each block is read whole before it is written).
+template <class F>
+GSYNC_F16C_TARGET inline void combine_halves_f16c(half* dst, const half* a, const half* b, std::size_t n, F f) noexcept {
+  constexpr std::size_t B = 64;
+  alignas(32) float fa[B], fb[B];
+  std::size_t i = 0;
+  // Whole blocks: a constant trip count, which GCC vectorizes even at -O2.
+  for (; i + B <= n; i += B) {
+    for (std::size_t k = 0; k < B; k += 8) {
+      _mm256_store_ps(fa + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + k))));
+      _mm256_store_ps(fb + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + k))));
+    }
+    for (std::size_t k = 0; k < B; ++k) fa[k] = f(fa[k], fb[k]);
+    for (std::size_t k = 0; k < B; k += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + k), _mm256_cvtps_ph(_mm256_load_ps(fa + k), 0));
+  }
+  // The tail (< 64 elements) with the portable conversions, which give the same bits.
+  for (; i < n; ++i) dst[i] = half(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
+}
+#undef GSYNC_F16C_TARGET
+#endif
+
+/// dst[i] = float(src[i]) for n elements (hardware conversion where available).
+inline void halves_to_floats(const half* src, float* dst, std::size_t n) noexcept {
+#if GSYNC_HAVE_F16C_PATH
+  if (f16c_available()) return halves_to_floats_f16c(src, dst, n);
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+/// dst[i] = half(src[i]) for n elements, rounding to nearest even (hardware where available).
+inline void floats_to_halves(const float* src, half* dst, std::size_t n) noexcept {
+#if GSYNC_HAVE_F16C_PATH
+  if (f16c_available()) return floats_to_halves_f16c(src, dst, n);
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = half(src[i]);
+}
+
+}  // namespace gsync::detail
