@@ -4,8 +4,9 @@
 # loopback with gsyncrun when the cluster cannot be built (not root). Per mode: communication time per
 # step (the progress engine's busy time), time exposed (the caller blocked in finish()), bytes on the
 # wire per rank and step, step time and final loss; modes: f32, bf16 wire, int8+EF, top-k(1%)+EF, and
-# f32 without bucketing/overlap (one bucket synced after backward). Writes OUT/grad_bench.md and raw
-# JSON under OUT/raw/.
+# f32 without bucketing/overlap (one bucket synced after backward); then the synchronization alone
+# (gsync-compress-bench on one buffer of the model's size, no training around it). Writes
+# OUT/grad_bench.md and raw JSON and logs under OUT/raw/.
 #
 #   benchmarks/grad_bench.sh [--rate MBIT] [--steps S] [--batch B] [--build DIR] [--out DIR] [--loopback]
 set -euo pipefail
@@ -55,8 +56,15 @@ for n in "${names[@]}"; do
   "${launch[@]}" "$dp" "${common[@]}" ${args[$n]} --json "$out/raw/$n.json" > "$out/raw/$n.log" 2>&1 || {
     echo "grad_bench: $n failed:" >&2; tail -5 "$out/raw/$n.log" >&2; exit 1; }
 done
+# The same synchronization alone, with no training around it (so no backward pass competing for
+# the cores): every policy on one buffer of the model's size, 5 timed calls (gsync-compress-bench).
+params=$(sed -n 's/.* \([0-9][0-9]*\) parameters in .*/\1/p' "$out/raw/f32.log" | head -1)
+[ -n "$params" ] || { echo "grad_bench: no parameter count in $out/raw/f32.log" >&2; exit 1; }
+echo "== sync alone ($params floats)" >&2
+"${launch[@]}" "$build/benchmarks/gsync-compress-bench" --count "$params" --iters 5 --warmup 1 > "$out/raw/sync_alone.log" 2>&1 || {
+  echo "grad_bench: gsync-compress-bench failed:" >&2; tail -5 "$out/raw/sync_alone.log" >&2; exit 1; }
 python3 - "$out" "$where" "$rate" "$steps" "$batch" <<'PY'
-import json, sys, datetime, subprocess
+import json, sys, datetime, subprocess, re
 out, where, rate, steps, batch = sys.argv[1:6]
 names = ["f32", "bf16", "int8_ef", "topk1_ef", "f32_no_overlap"]
 r = {n: json.load(open(f"{out}/raw/{n}.json")) for n in names}
@@ -81,6 +89,20 @@ lines += ["", "Targets (issue 4): int8+EF sync >= 3x faster than f32 on 1000 Mbi
           f"({base['comm_time_ms']/r['int8_ef']['comm_time_ms']:.2f}x); "
           "overlap hides >= 50% of communication when backward compute >= communication: see the overlap column "
           "(f32 with buckets vs f32_no_overlap)."]
+alone = [l[4:] for l in open(f"{out}/raw/sync_alone.log") if l.startswith("[0] ")]
+rows = {}
+for l in alone:
+    m = re.match(r"(none \(f32\)|fp16|bf16|int8\+EF stoch|int8\+EF|topk1%\+EF)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", l)
+    if m: rows[m.group(1)] = (float(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
+lines += ["", "## Synchronization alone", "",
+          "The same exchange with no training around it (no backward pass sharing the cores): gsync-compress-bench "
+          "on one buffer of the model's size, the slowest rank's time per call, median of 5 (raw/sync_alone.log).", "",
+          "| policy | sync (ms) | best (ms) | speedup vs f32 | MB sent per rank |", "|---|---:|---:|---:|---:|"]
+for k, v in rows.items():
+    lines.append(f"| {k} | {v[0]:.1f} | {v[1]:.1f} | {v[2]:.2f}x | {v[3]:.2f} |")
+if "int8+EF" in rows:
+    sp = rows["int8+EF"][2]
+    lines += ["", f"Target (issue 4) int8+EF sync >= 3x faster than f32, synchronization alone: {'met' if sp >= 3 else 'not met'} ({sp:.2f}x)."]
 open(f"{out}/grad_bench.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -436,6 +436,56 @@ TEST_CASE("topk: count, selection with ties broken by index, NaN first") {
   }
 }
 
+TEST_CASE("topk: the sampled selection equals the full one on large inputs, and falls back where the sample misleads") {
+  std::vector<float> scratch;
+  std::vector<std::uint32_t> cand;
+  const std::size_t n = 200003;
+  // expect: 1 the sampled method must succeed, 0 it must fall back, -1 either.
+  auto check_same = [&](const std::vector<float>& v, std::size_t k, int expect) {
+    CAPTURE(k);
+    std::vector<std::uint32_t> full(k), got(k);
+    grad::detail::select_topk_full(v, k, scratch, full.data());
+    const bool sampled = grad::detail::select_topk_sampled(v, k, scratch, cand, got.data());
+    if (expect >= 0) CHECK(sampled == (expect == 1));
+    if (sampled) CHECK(got == full);
+    std::fill(got.begin(), got.end(), 0u);
+    grad::select_topk(v, k, scratch, cand, got.data());  // whichever method it takes
+    CHECK(got == full);
+  };
+  std::vector<float> v = inputs(2, n, 11);
+  for (std::size_t k : {std::size_t{1}, std::size_t{20}, std::size_t{2000}, n / 16}) check_same(v, k, 1);
+  // Ties at the threshold, broken by index: 60 more elements of the 2000th largest magnitude.
+  {
+    std::vector<std::uint32_t> top(2000);
+    grad::detail::select_topk_full(v, 2000, scratch, top.data());
+    float tau = std::numeric_limits<float>::infinity();
+    for (auto i : top) tau = std::min(tau, grad::topk_key(v[i]));
+    for (std::size_t i = 5; i < n; i += n / 60) v[i] = (i % 2 ? tau : -tau);
+    check_same(v, 2000, 1);
+  }
+  // Mostly equal magnitudes: the bound admits everything, more than the cap: the full method.
+  std::vector<float> flat(n, 0.5f);
+  for (std::size_t i = 0; i < n; i += 2) flat[i] = -0.5f;
+  for (std::size_t i = 0; i < n; i += 1000) flat[i] = 2.0f;
+  check_same(flat, 1000, 0);
+  // NaN and Inf come first.
+  std::vector<float> w = inputs(3, n, 5);
+  w[7] = std::numeric_limits<float>::quiet_NaN();
+  w[n - 1] = -std::numeric_limits<float>::infinity();
+  check_same(w, 100, 1);
+  // Large values only at the sampled positions (a stride that matches the data): the bound is
+  // too high, fewer than k candidates, the full method.
+  std::vector<float> spikes = inputs(4, n, 6);
+  for (auto& x : spikes) x *= 1e-3f;
+  for (std::size_t j = 0; j < (std::size_t{1} << 14); ++j) spikes[j * n / (std::size_t{1} << 14)] = 1.0f + static_cast<float>(j);
+  check_same(spikes, 2000, 0);
+  // Large values only between them: the slack of the bound still finds every one.
+  std::vector<float> gaps = inputs(4, n, 7);
+  for (auto& x : gaps) x *= 1e-3f;
+  for (std::size_t i = 1; i < n; i += 4099) gaps[i] = 1.0f;
+  check_same(gaps, 40, 1);
+}
+
 // --- compressed_allreduce -----------------------------------------------------------------
 
 TEST_CASE("compressed_allreduce: every policy, world sizes 1..8, identical on every rank, within its error bound") {
@@ -609,5 +659,125 @@ TEST_CASE("compressed_allreduce: argument errors") {
     CHECK(grad::compressed_allreduce(comm, std::span<float>{g}, compress::topk{.ratio = 0.5}, ok, false) == 5 * 8);
     // All ten values tie: both ranks send indices 0..4 (ties go to the lowest indices).
     for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == (i < 5 ? 2.0f : 0.0f));
+  }, short_config());
+}
+
+TEST_CASE("quantize: the AVX2 copies of the int8 loops give the baseline's bits") {
+#if GSYNC_HAVE_AVX2_PATH
+  if (!gsync::detail::avx2_available()) {
+    MESSAGE("this CPU has no AVX2 (or GSYNC_NO_AVX2 is set): nothing to compare");
+    return;
+  }
+  namespace d = gsync::grad::detail;
+  // Lengths around the vector widths, values over many scales, including the block's extremes.
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{31}, std::size_t{33}, std::size_t{256}, std::size_t{1001}}) {
+    CAPTURE(n);
+    std::vector<float> x = inputs(5, n, n);
+    for (std::size_t i = 0; i < n; i += 13) x[i] *= 1e6f;
+    CHECK(d::max_abs_bits_avx2(x.data(), n) == d::max_abs_bits_body(x.data(), n));
+    const auto s = grad::scale_of(x.data(), n);
+    std::vector<std::int8_t> qa(n), qb(n);
+    d::quantize_nearest_avx2(x.data(), n, s.inverse, qa.data());
+    d::quantize_nearest_body(x.data(), n, s.inverse, qb.data());
+    CHECK(qa == qb);
+    const auto rng = grad::counter_rng::make(3, 1, 2, 0);
+    d::quantize_stochastic_avx2(x.data(), n, s.inverse, qa.data(), rng, 1000);
+    d::quantize_stochastic_body(x.data(), n, s.inverse, qb.data(), rng, 1000);
+    CHECK(qa == qb);
+    std::vector<float> ea = x, eb = x;
+    d::residual_avx2(ea.data(), qa.data(), n, s.scale);
+    d::residual_body(eb.data(), qb.data(), n, s.scale);
+    CHECK(std::memcmp(ea.data(), eb.data(), 4 * n) == 0);
+    d::dequantize_avx2<true>(qa.data(), n, s.scale, ea.data());
+    d::dequantize_body<true>(qb.data(), n, s.scale, eb.data());
+    CHECK(std::memcmp(ea.data(), eb.data(), 4 * n) == 0);
+    d::dequantize_avx2<false>(qa.data(), n, s.scale, ea.data());
+    d::dequantize_body<false>(qb.data(), n, s.scale, eb.data());
+    CHECK(std::memcmp(ea.data(), eb.data(), 4 * n) == 0);
+  }
+  // Non-finite inputs: the bit-pattern max sees them on both paths.
+  const float odd[] = {1.0f, -std::numeric_limits<float>::infinity(), 2.0f, std::numeric_limits<float>::quiet_NaN(), 0.5f, 0.25f, 3.0f, -1.0f, 9.0f};
+  CHECK(d::max_abs_bits_avx2(odd, 9) == d::max_abs_bits_body(odd, 9));
+#else
+  MESSAGE("no AVX2 path on this target");
+#endif
+}
+
+TEST_CASE("int8 exchange: a record decodes the same in pieces of any size as whole") {
+  for (std::size_t block : {std::size_t{1}, std::size_t{5}, std::size_t{64}}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{13}, std::size_t{1000}}) {
+      CAPTURE(block);
+      CAPTURE(n);
+      const grad::int8_wire_layout L(n, 3, block);
+      const gsync::range ch = L.chunk(2);  // the shortest chunk: its record has padding
+      std::vector<float> x = inputs(1, ch.count, 3);
+      std::vector<std::uint8_t> rec(L.record);
+      grad::detail::int8_encode(ch.count, L, grad::rounding::nearest, {}, 0, false, rec.data(),
+                                [&](std::size_t off, std::size_t) { return x.data() + off; });
+      std::vector<float> whole(ch.count, 0.5f), pieces(ch.count, 0.5f), scales(L.blocks);
+      grad::detail::int8_decode<true>(rec.data(), ch.count, L, whole.data());
+      for (std::size_t piece : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{12}, L.record}) {
+        std::fill(pieces.begin(), pieces.end(), 0.5f);
+        grad::detail::int8_record_decoder dec{L, ch.count, pieces.data(), scales.data()};
+        for (std::size_t at = 0; at < L.record; at += piece)
+          dec.consume<true>(std::span<const std::byte>(reinterpret_cast<const std::byte*>(rec.data()) + at, std::min(piece, L.record - at)));
+        CHECK(dec.pos == L.record);
+        CHECK(std::memcmp(whole.data(), pieces.data(), 4 * ch.count) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("compressed_allreduce int8: shared memory and mixed jobs, identical on every rank, the same bits run after run") {
+  // The exchange pushes its queued records forward between blocks (transport progress_sends):
+  // through shared-memory rings (one host) and through both kinds of link at once (2 hosts).
+  auto body = [](auto& comm, gsync_test::world_sync& sync) {
+    const int r = comm.rank(), N = comm.size();
+    for (const std::size_t n : {std::size_t{3}, std::size_t{4099}, std::size_t{300007}}) {
+      CAPTURE(n);
+      const compress::int8 pol{.block = 128, .round = grad::rounding::nearest, .error_feedback = false};
+      std::vector<std::vector<float>> x(static_cast<std::size_t>(N));
+      for (int q = 0; q < N; ++q) x[static_cast<std::size_t>(q)] = inputs(q, n, n);
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        auto st = pol.make_state(n);
+        std::vector<float> g = x[static_cast<std::size_t>(r)];
+        grad::compressed_allreduce(comm, std::span<float>{g}, pol, st, true);
+        CHECK(differing_from_rank0(r, sync, g) == 0);
+        if (run == 0) first = g;
+        else CHECK(std::memcmp(first.data(), g.data(), 4 * n) == 0);
+      }
+      if (r != 0) continue;
+      std::vector<double> ref(n, 0.0);
+      for (const auto& xr : x)
+        for (std::size_t i = 0; i < n; ++i) ref[i] += xr[i] / N;
+      const auto bound = int8_bound(x, ref, 128, false, true);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) wrong += std::fabs(first[i] - ref[i]) <= bound[i] ? 0 : 1;
+      CHECK(wrong == 0);
+    }
+  };
+  SUBCASE("one host, 4 ranks") { gsync_test::run_shm(4, body, short_config()); }
+  SUBCASE("two hosts, 3 + 2 ranks") { gsync_test::run_mixed(5, 3, body, short_config()); }
+}
+
+TEST_CASE("compressed_allreduce int8: ranks that disagree on the block size get a mismatch, not a hang") {
+  gsync_test::run_inproc(3, [](auto& comm, gsync_test::world_sync&) {
+    const compress::int8 pol{.block = comm.rank() == 1 ? 64u : 128u, .error_feedback = false};
+    auto st = pol.make_state(5000);
+    std::vector<float> g = inputs(comm.rank(), 5000, 1);
+    gsync::errc kind{};
+    std::string what;
+    try {
+      grad::compressed_allreduce(comm, std::span<float>{g}, pol, st, true);
+    } catch (const gsync::error& e) {
+      kind = e.kind();
+      what = e.what();
+    }
+    INFO(what);
+    // Rank 1's records are shorter, so the ranks that receive them (and rank 1 itself, once the
+    // communicator fails) see a mismatch or the failure it caused; nobody waits for the timeout.
+    CHECK(kind != gsync::errc{});
+    CHECK(kind != gsync::errc::timeout);
   }, short_config());
 }

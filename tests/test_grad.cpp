@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <gsync/grad.hpp>
+#include <gsync/grad/compressed_allreduce.hpp>
 
 #include "support/world.hpp"
 
@@ -704,4 +705,37 @@ TEST_CASE("allreduce_bytes_sent: schedule volumes") {
   CHECK(grad::allreduce_bytes_sent(allreduce_id::direct, 1000, 4) == doctest::Approx(3000));
   // 5 ranks: P = 4, one folded rank: (4*2*1000 + 2*1000) / 5
   CHECK(grad::allreduce_bytes_sent(allreduce_id::recursive_doubling, 1000, 5) == doctest::Approx(2000));
+}
+
+TEST_CASE("synchronizer: the plain reducer reports the bytes the transport was handed, counted") {
+  // A forced ring on 4 and 5 ranks: each rank sends every chunk but r+1 (reduce-scatter) and every
+  // chunk but r+2 (allgather) of each bucket, which differs between ranks when the count does not
+  // divide; the counted bytes must say exactly that, per rank.
+  for (int n : {4, 5}) {
+    CAPTURE(n);
+    gsync::config cfg;
+    cfg.timeout = std::chrono::seconds(60);
+    cfg.algo = "ring";
+    gsync_test::run_inproc(n, [](auto& comm, gsync_test::world_sync&) {
+      std::vector<float> a(1001, 1.0f), b(77, 2.0f);
+      grad::synchronizer_options o;
+      o.bucket_bytes = 4096;
+      o.first_bucket_bytes = 4096;
+      grad::synchronizer sync(comm, o);
+      sync.add(std::span<float>{a}, "a");
+      sync.add(std::span<float>{b}, "b");
+      sync.build();
+      std::size_t expect = 0;
+      for (std::size_t bk = 0; bk < sync.plan().bucket_count(); ++bk)
+        expect += grad::ring_allreduce_bytes(sync.plan().bucket(bk).count, comm.size(), comm.rank(), sizeof(float));
+      const std::uint64_t before = comm.transport().payload_bytes_posted();
+      sync.mark_ready(1);
+      sync.mark_ready(0);
+      const auto res = sync.finish();
+      CHECK(res.stats.bytes_on_wire == expect);
+      CHECK(comm.transport().payload_bytes_posted() - before == expect);
+      CHECK(a[0] == 1.0f);
+      CHECK(b[76] == 2.0f);
+    }, cfg);
+  }
 }

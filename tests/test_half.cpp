@@ -557,3 +557,69 @@ TEST_CASE("half: the reduction loops (F16C where the CPU has it) equal per-eleme
     CHECK(same(got, expect_avg));
   }
 }
+
+TEST_CASE("bfloat16: bulk conversions and reduction loops (AVX2 where the CPU has it) equal the portable ones bit for bit") {
+  MESSAGE("AVX2 in use: " << (gsync::detail::avx2_available() ? "yes" : "no"));
+  // Every bfloat16, widened in bulk.
+  std::vector<bfloat16> all(65536);
+  for (std::uint32_t u = 0; u < 65536; ++u) all[u] = bfloat16::from_bits(static_cast<std::uint16_t>(u));
+  std::vector<float> wide(all.size());
+  gsync::detail::bfloat16s_to_floats(all.data(), wide.data(), all.size());
+  int failures = 0;
+  for (std::uint32_t u = 0; u < 65536 && failures < kMaxReported; ++u)
+    if (float_bits(wide[u]) != float_bits(float(all[u]))) {
+      ++failures;
+      FAIL_CHECK("bfloat16 bits " << hex(u) << " widened to " << hex(float_bits(wide[u])));
+    }
+  // Floats narrowed in bulk: a strided sweep of all bit patterns plus every midpoint between
+  // neighbouring bfloat16 values of one exponent range and its +-1 ulp neighbours, odd length.
+  std::vector<float> f;
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 40009) f.push_back(bits_float(static_cast<std::uint32_t>(u)));
+  for (std::uint32_t b = 0x3f00; b < 0x4080; ++b)
+    for (const std::uint32_t d : {0u, 1u}) {
+      const std::uint32_t mid = (b << 16) | 0x8000u;
+      f.push_back(bits_float(mid + d)), f.push_back(bits_float(mid - d)), f.push_back(-bits_float(mid + d));
+    }
+  if (f.size() % 2 == 0) f.push_back(3.0e38f);
+  std::vector<bfloat16> narrow(f.size());
+  gsync::detail::floats_to_bfloat16s(f.data(), narrow.data(), f.size());
+  for (std::size_t i = 0; i < f.size() && failures < kMaxReported; ++i)
+    if (narrow[i].bits() != bfloat16(f[i]).bits()) {
+      ++failures;
+      FAIL_CHECK("float bits " << hex(float_bits(f[i])) << " narrowed to " << hex(narrow[i].bits()) << ", expected "
+                               << hex(bfloat16(f[i]).bits()));
+    }
+  CHECK(failures == 0);
+  // The reduction loops, in and out of place, with and without finalize.
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{32}, std::size_t{33}, std::size_t{4099}}) {
+    CAPTURE(n);
+    std::vector<bfloat16> a(n), b(n), expect(n), expect_avg(n), got(n);
+    std::uint32_t state = 99u + static_cast<std::uint32_t>(n);
+    auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<std::uint16_t>(state >> 16);
+    };
+    for (std::size_t i = 0; i < n; ++i) a[i] = bfloat16::from_bits(next()), b[i] = bfloat16::from_bits(next());
+    for (std::size_t i = 0; i < n; ++i) {
+      expect[i] = bfloat16(float(a[i]) + float(b[i]));
+      expect_avg[i] = bfloat16((float(a[i]) + float(b[i])) / 3.0f);
+    }
+    auto same = [&](const std::vector<bfloat16>& x, const std::vector<bfloat16>& y) {
+      for (std::size_t i = 0; i < n; ++i)
+        if (x[i].bits() != y[i].bits() && !(bf16_is_nan(x[i].bits()) && bf16_is_nan(y[i].bits()))) return false;
+      return true;
+    };
+    const gsync::op::sum sum;
+    const gsync::op::avg avg;
+    gsync::detail::reduce_to<false>(got.data(), a.data(), b.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    got = a;
+    gsync::detail::reduce_inplace<false>(got.data(), b.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    got = b;
+    gsync::detail::reduce_inplace_rhs<false>(got.data(), a.data(), n, sum, 3);
+    CHECK(same(got, expect));
+    gsync::detail::reduce_to<true>(got.data(), a.data(), b.data(), n, avg, 3);
+    CHECK(same(got, expect_avg));
+  }
+}

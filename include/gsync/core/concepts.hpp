@@ -79,6 +79,22 @@ concept transport_policy = requires(X& x, int peer, message_id id, const std::by
   { x.topo() } -> std::convertible_to<const topology&>;  // placement of the ranks on hosts
 };
 
+/// A transport whose queued sends can be pushed forward without blocking: `x.progress_sends()`
+/// writes what the links take now and returns. Sends otherwise move only inside the blocking calls,
+/// so a schedule that computes between messages (grad/int8_exchange.hpp) calls it now and then to
+/// keep the links busy. The in-process transport needs none (its receivers read the sender's
+/// memory directly).
+template <class X>
+concept send_progress_transport = transport_policy<X> && requires(X& x) { x.progress_sends(); };
+
+/// A transport that counts the payload bytes it was handed to send (`x.payload_bytes_posted()`,
+/// monotonic, frame headers excluded; read on the thread that runs the operations), so that
+/// reports can say what was sent rather than what a schedule's formula predicts.
+template <class X>
+concept counting_transport = transport_policy<X> && requires(const X& x) {
+  { x.payload_bytes_posted() } -> std::convertible_to<std::uint64_t>;
+};
+
 /// Compile-time capabilities of a transport. Specialize for a transport that has more.
 /// \tparam X a transport type.
 template <class X>

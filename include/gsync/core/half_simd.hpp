@@ -15,11 +15,17 @@
 ///
 /// Used by the reduction loops on half elements (core/reduce.hpp) and by the casts of the gradient
 /// layer's fp16 wire (grad/).
+///
+/// bfloat16 has no such instructions on most x86 CPUs, but its conversions are a few integer
+/// operations (core/half.hpp) that AVX2 runs 8 at a time: `floats_to_bfloat16s` and
+/// `bfloat16s_to_floats` run an AVX2 copy of the portable loop where the CPU has AVX2
+/// (core/cpu_features.hpp; same bits, GSYNC_NO_AVX2=1 turns it off).
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
+#include "gsync/core/cpu_features.hpp"
 #include "gsync/core/half.hpp"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -112,6 +118,38 @@ inline void floats_to_halves(const float* src, half* dst, std::size_t n) noexcep
   if (f16c_available()) return floats_to_halves_f16c(src, dst, n);
 #endif
   for (std::size_t i = 0; i < n; ++i) dst[i] = half(src[i]);
+}
+
+/// The bfloat16 bulk conversions' loops, compiled into both entry points below.
+GSYNC_ALWAYS_INLINE void floats_to_bfloat16s_body(const float* src, bfloat16* dst, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = bfloat16(src[i]);
+}
+GSYNC_ALWAYS_INLINE void bfloat16s_to_floats_body(const bfloat16* src, float* dst, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+#if GSYNC_HAVE_AVX2_PATH
+GSYNC_AVX2_TARGET inline void floats_to_bfloat16s_avx2(const float* src, bfloat16* dst, std::size_t n) noexcept {
+  floats_to_bfloat16s_body(src, dst, n);
+}
+GSYNC_AVX2_TARGET inline void bfloat16s_to_floats_avx2(const bfloat16* src, float* dst, std::size_t n) noexcept {
+  bfloat16s_to_floats_body(src, dst, n);
+}
+#endif
+
+/// dst[i] = bfloat16(src[i]) for n elements, rounding to nearest even (AVX2 where available).
+inline void floats_to_bfloat16s(const float* src, bfloat16* dst, std::size_t n) noexcept {
+#if GSYNC_HAVE_AVX2_PATH
+  if (avx2_available()) return floats_to_bfloat16s_avx2(src, dst, n);
+#endif
+  floats_to_bfloat16s_body(src, dst, n);
+}
+
+/// dst[i] = float(src[i]) for n elements (exact; AVX2 where available).
+inline void bfloat16s_to_floats(const bfloat16* src, float* dst, std::size_t n) noexcept {
+#if GSYNC_HAVE_AVX2_PATH
+  if (avx2_available()) return bfloat16s_to_floats_avx2(src, dst, n);
+#endif
+  bfloat16s_to_floats_body(src, dst, n);
 }
 
 }  // namespace gsync::detail

@@ -29,6 +29,8 @@ inline constexpr std::uint32_t tag_reduce = 5;          ///< reduce messages
 inline constexpr std::uint32_t tag_alltoall = 6;        ///< alltoall messages
 inline constexpr std::uint32_t tag_barrier = 7;         ///< barrier messages
 // 8: the TCP transport's start-up network probe (transport/link_probe.hpp, probe_tag).
+/// The int8 compressed allreduce's messages (grad/int8_exchange.hpp).
+inline constexpr std::uint32_t tag_compressed_allreduce = 9;
 /// Point-to-point messages carry `tag_p2p | user_tag` (user tags are 0..2^31-1), a tag space of
 /// their own that no collective uses.
 inline constexpr std::uint32_t tag_p2p = 0x80000000u;

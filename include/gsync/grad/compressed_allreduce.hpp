@@ -12,9 +12,10 @@
 ///
 /// Contract: every rank passes a buffer of the same size and the same policy parameters; on
 /// return every rank holds the bitwise identical result = sum (or average) over ranks of the
-/// decompressed contributions. Only the synchronous collectives of include/gsync/ are used
-/// (allreduce, alltoall, allgather), so every transport works. The state is updated (residuals,
-/// step counter); after an error the communicator is unusable and the state should be discarded.
+/// decompressed contributions. Only the synchronous collectives of include/gsync/ (allreduce,
+/// allgather) and, for int8, the four calls every transport has (grad/int8_exchange.hpp) are
+/// used, so every transport works. The state is updated (residuals, step counter); after an
+/// error the communicator is unusable and the state should be discarded.
 /// The byte count excludes frame headers and is exact for this rank (tests/test_compression.cpp
 /// checks it against a transport that counts what it is handed).
 ///
@@ -26,17 +27,19 @@
 ///              (sum) in that type (the library combines half/bf16 in float within each step and
 ///              rounds once per step), cast back, dividing by N in float32 to average: half of
 ///              none's bytes.
-///   int8       two phases. The buffer is cut into N chunks (core/chunking.hpp `split`); chunk j
-///              goes to rank j. (1) Every rank quantizes each chunk blockwise into a wire record
-///              and an alltoall hands rank j every rank's record of chunk j. (2) Rank j
-///              dequantizes the N records and adds them in float32 in rank order 0..N-1 (divides
-///              by N to average), quantizes that sum again (with its own "server" residual for
-///              chunk j under EF) into its record, and an in-place allgather gives every rank all
-///              N reduced records, which each rank dequantizes into the buffer. The records of
-///              one call all have the same size (alltoall and allgather need equal blocks):
-///              `int8_wire_layout` pads every chunk to ceil(n/N) elements and ceil(ceil(n/N)/block)
-///              scales; padding values and scales are zero and are never read back.
-///              Bytes: 2(N-1) records ~ 2(N-1)/N * (n + 4n/block), about a quarter of none's.
+///   int8       two phases (grad/int8_exchange.hpp). The buffer is cut into N chunks
+///              (core/chunking.hpp `split`); chunk j is owned by rank j. (1) Every rank quantizes
+///              each chunk blockwise into a wire record (one float32 scale per block, int8
+///              values) and sends it to the chunk's owner as soon as it is encoded, so the
+///              records travel while the next ones are computed; the owner dequantizes the N
+///              records of its chunk and adds them in float32 (own first, then ranks r-1, r-2,
+///              ...) as their bytes arrive, and divides by N to average. (2) The owner quantizes
+///              that sum again (with its own "server" residual under EF) and sends the record to
+///              every rank, which dequantizes the N reduced records into the buffer as they
+///              arrive. All records of one call have the same size (`int8_wire_layout`: chunks
+///              padded to ceil(n/N) elements and ceil(ceil(n/N)/block) scales; padding is zero
+///              and never read back). Bytes: 2(N-1) records ~ 2(N-1)/N * (n + 4n/block), about a
+///              quarter of none's.
 ///   topk       each rank selects k = max(1, ceil(ratio*n)) entries of e = g (+ residual with
 ///              EF) (grad/topk.hpp) and writes k (uint32 index, float32 value bits) pairs into
 ///              its block of an N x 2k uint32 array; an in-place allgather (ring) gives every rank
@@ -61,13 +64,13 @@
 #include "gsync/algo/ring.hpp"
 #include "gsync/allgather.hpp"
 #include "gsync/allreduce.hpp"
-#include "gsync/alltoall.hpp"
 #include "gsync/communicator.hpp"
 #include "gsync/core/chunking.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/half.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/grad/compression.hpp"
+#include "gsync/grad/int8_exchange.hpp"
 #include "gsync/grad/nonfinite.hpp"
 #include "gsync/grad/quantize.hpp"
 #include "gsync/grad/topk.hpp"
@@ -85,78 +88,7 @@ namespace gsync::grad {
   return elem_bytes * (2 * n - a - b);
 }
 
-/// Wire layout of the int8 policy for one call: chunk j of the buffer is `split(n, world, j)`;
-/// every chunk travels as one record of `record` bytes: `blocks` float32 scales (unused ones
-/// zero) followed by `chunk_max` int8 values (the chunk's, then zeros), padded with zeros to a
-/// multiple of 4 bytes so that the next record's scales stay aligned.
-struct int8_wire_layout {
-  std::size_t n;          ///< buffer elements
-  std::size_t world;      ///< ranks (= chunks)
-  std::size_t block;      ///< elements per scale
-  std::size_t chunk_max;  ///< ceil(n / world): the longest chunk
-  std::size_t blocks;     ///< scales per record: ceil(chunk_max / block)
-  std::size_t record;     ///< bytes per record
-
-  /// Layout of `n` elements over `world` ranks with `block` elements per scale (all >= 1 but n).
-  constexpr int8_wire_layout(std::size_t n_, int world_, std::size_t block_) noexcept
-      : n(n_), world(static_cast<std::size_t>(world_)), block(block_), chunk_max(ceil_div(n_, world)),
-        blocks(ceil_div(chunk_max, block)), record(4 * blocks + ceil_div(chunk_max, 4) * 4) {}
-  /// Chunk `j` of the buffer.
-  constexpr range chunk(std::size_t j) const noexcept { return split(n, world, j); }
-  /// Payload bytes one rank sends per call: N-1 records in the alltoall, N-1 in the allgather.
-  constexpr std::size_t bytes_per_rank() const noexcept { return 2 * (world - 1) * record; }
-};
-
 namespace detail {
-
-/// Encodes `count` floats into the record `rec` (layout `L`), block by block: for the block at
-/// element `off` of length `len`, `values(off, len)` returns where its values are (it may compute
-/// them there first, e.g. e = g + r into the residual buffer, while the block is in cache). With
-/// `residual`, that memory is an error-feedback buffer and receives e - D(q).
-/// \tparam Values a callable `float*(std::size_t off, std::size_t len)`.
-template <class Values>
-void int8_encode(std::size_t count, const int8_wire_layout& L, rounding mode, counter_rng rng, std::uint64_t first,
-                 bool residual, std::uint8_t* rec, Values&& values) {
-  auto* q = reinterpret_cast<std::int8_t*>(rec + 4 * L.blocks);
-  std::size_t b = 0;
-  for (std::size_t off = 0; off < count; off += L.block, ++b) {
-    const std::size_t len = std::min(L.block, count - off);
-    float* x = values(off, len);
-    const block_scale s = scale_of(x, len);
-    quantize_block(x, len, s, q + off, mode, rng, first + off);
-    if (residual) update_residual(x, q + off, len, s);
-    std::memcpy(rec + 4 * b, &s.scale, 4);
-  }
-  std::memset(rec + 4 * b, 0, 4 * (L.blocks - b));             // unused scales
-  std::memset(q + count, 0, L.record - 4 * L.blocks - count);  // padding values
-}
-
-/// Dequantizes block `b` (elements [off, off + len) of its chunk) of record `rec` into `out`.
-/// \tparam add true: out += values; false: out = values.
-template <bool add>
-void int8_decode_block(const std::uint8_t* rec, const int8_wire_layout& L, std::size_t b, std::size_t off, std::size_t len,
-                       float* out) {
-  float scale;
-  std::memcpy(&scale, rec + 4 * b, 4);
-  const auto* q = reinterpret_cast<const std::int8_t*>(rec + 4 * L.blocks) + off;
-  if constexpr (add) dequantize_add_block(q, len, scale, out);
-  else dequantize_block(q, len, scale, out);
-}
-
-/// Dequantizes the `count` values of record `rec` into `out`.
-/// \tparam add true: out += values; false: out = values.
-template <bool add>
-void int8_decode(const std::uint8_t* rec, std::size_t count, const int8_wire_layout& L, float* out) {
-  const auto* q = reinterpret_cast<const std::int8_t*>(rec + 4 * L.blocks);
-  std::size_t b = 0;
-  for (std::size_t off = 0; off < count; off += L.block, ++b) {
-    const std::size_t len = std::min(L.block, count - off);
-    float scale;
-    std::memcpy(&scale, rec + 4 * b, 4);
-    if constexpr (add) dequantize_add_block(q + off, len, scale, out + off);
-    else dequantize_block(q + off, len, scale, out + off);
-  }
-}
 
 /// `d` if finite, else 0 (no branch).
 inline float finite_or_zero(float d) noexcept { return (d - d) == 0.0f ? d : 0.0f; }
@@ -176,8 +108,9 @@ std::size_t run_float16(communicator<X>& comm, std::span<float> g, bool ef, comp
   st.wire.resize(n);
   T* w = st.wire.data();
   const float* gp = g.data();
-  if (ef && std::is_same_v<T, half>) {
-    // Blocks: corrected values, narrowed and widened again in bulk (F16C where available).
+  if (ef) {
+    // Blocks: corrected values, narrowed and widened again in bulk (F16C for half, AVX2 for
+    // bfloat16, where available); the same bits as element by element.
     st.residual.resize(n, 0.0f);
     float* r = st.residual.data();
     constexpr std::size_t B = 256;
@@ -188,14 +121,6 @@ std::size_t run_float16(communicator<X>& comm, std::span<float> g, bool ef, comp
       gsync::grad::cast_into(e, w + i, m);
       gsync::grad::cast_into(w + i, back, m);
       for (std::size_t k = 0; k < m; ++k) r[i + k] = finite_or_zero(e[k] - back[k]);
-    }
-  } else if (ef) {
-    st.residual.resize(n, 0.0f);
-    float* r = st.residual.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float e = gp[i] + r[i];
-      w[i] = T(e);
-      r[i] = finite_or_zero(e - static_cast<float>(w[i]));
     }
   } else {
     gsync::grad::cast_into(gp, w, n);
@@ -237,73 +162,23 @@ std::size_t run_compressed(communicator<X>& comm, std::span<float> g, const bf16
   return detail::run_float16<gsync::bfloat16>(comm, g, p.error_feedback, st, average);
 }
 
-/// Schedule of `compress::int8` (two-phase: alltoall, owner sums and re-quantizes, allgather).
+/// Schedule of `compress::int8` (two phases: quantized chunks to their owners, re-quantized sums
+/// from the owners; grad/int8_exchange.hpp).
 /// \tparam X the transport.
 template <transport_policy X>
 std::size_t run_compressed(communicator<X>& comm, std::span<float> g, const int8& p, int8::state& st, bool average) {
   detail::check_state(int8::name, st.count(), g.size());
   p.validate();
   const std::size_t n = g.size();
-  const int N = comm.size(), r = comm.rank();
+  const int N = comm.size();
   if (st.world == 0) st.world = N;
   if (st.world != N)
     throw error(errc::invalid_argument, "compressed_allreduce(int8): the state was first used with " + std::to_string(st.world) +
                                             " ranks, now with " + std::to_string(N) + " (use one state per communicator)");
   if (n == 0) return 0;
-  const int8_wire_layout L(n, N, p.block);
-  const auto uN = static_cast<std::size_t>(N), ur = static_cast<std::size_t>(r);
-  st.send.resize(uN * L.record);
-  st.recv.resize(uN * L.record);
-  if (p.error_feedback) st.residual.resize(n, 0.0f);
-
-  // (1) Quantize every chunk (with EF: e = g + r in the residual buffer, which keeps e - D(q)),
-  // one cache-resident block at a time.
-  const counter_rng worker = counter_rng::make(p.seed, r, st.step, 0);
-  for (std::size_t j = 0; j < uN; ++j) {
-    const range ch = L.chunk(j);
-    float* gp = g.data() + ch.offset;
-    float* rp = p.error_feedback ? st.residual.data() + ch.offset : nullptr;
-    detail::int8_encode(ch.count, L, p.round, worker, ch.offset, p.error_feedback, st.send.data() + j * L.record,
-                        [&](std::size_t off, std::size_t len) {
-                          if (rp == nullptr) return gp + off;  // read only
-                          float* x = rp + off;
-                          for (std::size_t i = 0; i < len; ++i) x[i] += gp[off + i];
-                          return x;
-                        });
-  }
-  gsync::alltoall(comm, std::span<const std::uint8_t>{st.send}, std::span<std::uint8_t>{st.recv});
-
-  // (2) Per block of the owned chunk: sum the N contributions in float32 in rank order, average,
-  // add the server residual (EF), re-quantize into record r.
-  const range own = L.chunk(ur);
-  st.acc.resize(L.block);
-  if (p.error_feedback) st.server_residual.resize(own.count, 0.0f);
-  const float fn = static_cast<float>(N);
-  const counter_rng server = counter_rng::make(p.seed, r, st.step, 1);
-  std::uint8_t* mine = st.send.data() + ur * L.record;
-  detail::int8_encode(own.count, L, p.round, server, own.offset, p.error_feedback, mine, [&](std::size_t off, std::size_t len) {
-    float* a = st.acc.data();
-    const std::size_t b = off / L.block;
-    detail::int8_decode_block<false>(st.recv.data(), L, b, off, len, a);
-    for (std::size_t src = 1; src < uN; ++src) detail::int8_decode_block<true>(st.recv.data() + src * L.record, L, b, off, len, a);
-    if (average)
-      for (std::size_t i = 0; i < len; ++i) a[i] = a[i] / fn;
-    if (!p.error_feedback) return a;
-    float* x = st.server_residual.data() + off;
-    for (std::size_t i = 0; i < len; ++i) x[i] += a[i];
-    return x;
-  });
-
-  // (3) Every rank gets every reduced record and dequantizes it into its place.
-  gsync::allgather(comm, std::span<const std::uint8_t>{mine, L.record}, std::span<std::uint8_t>{st.send});
-  for (std::size_t j = 0; j < uN; ++j) {
-    const range ch = L.chunk(j);
-    for (std::size_t off = 0, b = 0; off < ch.count; off += L.block, ++b)
-      detail::int8_decode_block<false>(st.send.data() + j * L.record, L, b, off, std::min(L.block, ch.count - off),
-                                       g.data() + ch.offset + off);
-  }
+  const std::size_t sent = int8_exchange(comm, g, p, st, average);
   ++st.step;
-  return L.bytes_per_rank();
+  return sent;
 }
 
 /// Schedule of `compress::topk` (allgather of (index, value) pairs, local scatter-add).
@@ -324,7 +199,7 @@ std::size_t run_compressed(communicator<X>& comm, std::span<float> g, const topk
     for (std::size_t i = 0; i < n; ++i) e[i] += gp[i];
   }
   st.index.resize(k);
-  select_topk(std::span<const float>{e, n}, k, st.keys, st.index.data());
+  select_topk(std::span<const float>{e, n}, k, st.keys, st.cand, st.index.data());
   st.pairs.resize(uN * 2 * k);
   std::uint32_t* mine = st.pairs.data() + ur * 2 * k;
   for (std::size_t t = 0; t < k; ++t) {

@@ -112,9 +112,9 @@ struct bf16 {
   }
 };
 
-/// Blockwise int8 with one float32 scale per `block` elements, two-phase exchange (alltoall of
-/// the quantized chunks, sum at the chunk's owner, allgather of the re-quantized sums; see
-/// compressed_allreduce.hpp). With error feedback both quantizations keep residuals: a rank's
+/// Blockwise int8 with one float32 scale per `block` elements, two-phase exchange (every rank
+/// sends chunk j quantized to its owner j, the owner sums the N contributions in float32 and
+/// sends its re-quantized sum to every rank; see grad/int8_exchange.hpp). With error feedback both quantizations keep residuals: a rank's
 /// own per element ("worker side") and, for the chunk it owns, the owner's ("server side").
 struct int8 {
   static constexpr std::string_view name = "int8";  ///< policy name
@@ -128,9 +128,9 @@ struct int8 {
     std::size_t n = 0;                   ///< buffer size
     std::vector<float> residual;         ///< worker-side residual per element (empty without EF)
     std::vector<float> server_residual;  ///< owner-side residual of the owned chunk (sized at first use)
-    std::vector<std::uint8_t> send;      ///< N wire records (quantized chunks)
-    std::vector<std::uint8_t> recv;      ///< N wire records received
-    std::vector<float> acc;              ///< one block of the owned chunk, summed in float32
+    std::vector<std::uint8_t> send;      ///< N wire records (quantized chunks; the own one re-used for the sum)
+    std::vector<float> acc;              ///< the owned chunk, summed in float32
+    std::vector<float> scales;           ///< the scales of the record being received
     std::uint64_t step = 0;              ///< calls so far (stochastic rounding stream)
     int world = 0;                       ///< world size of the first call (0: not used yet)
     /// Buffer size this state serves.
@@ -163,6 +163,7 @@ struct topk {
     std::size_t n = 0;                 ///< buffer size
     std::vector<float> residual;       ///< the values not sent so far (empty without EF)
     std::vector<float> keys;           ///< selection scratch (n floats)
+    std::vector<std::uint32_t> cand;   ///< selection scratch (candidate indices)
     std::vector<std::uint32_t> index;  ///< selected indices (k)
     std::vector<std::uint32_t> pairs;  ///< N x k (index, value bits) pairs: this rank's at block r
     /// Buffer size this state serves.

@@ -65,6 +65,8 @@ void cast_into(const From* src, To* dst, std::size_t n) noexcept {
   static_assert(is_grad_element_v<From> && is_grad_element_v<To>, "cast_into: float, bfloat16 or half only");
   if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) return gsync::detail::floats_to_halves(src, dst, n);
   else if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) return gsync::detail::halves_to_floats(src, dst, n);
+  else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) return gsync::detail::floats_to_bfloat16s(src, dst, n);
+  else if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>) return gsync::detail::bfloat16s_to_floats(src, dst, n);
   else for (std::size_t i = 0; i < n; ++i) dst[i] = detail::from_f<To>(detail::to_f(src[i]));
 }
 
@@ -78,6 +80,9 @@ std::size_t unpack_scan(const From* src, To* dst, std::size_t n, float factor) n
   if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) {
     // Widen in bulk (hardware where available) straight into dst, then scale and count there.
     gsync::detail::halves_to_floats(src, dst, n);
+    return unpack_scan(dst, dst, n, factor);
+  } else if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>) {
+    gsync::detail::bfloat16s_to_floats(src, dst, n);
     return unpack_scan(dst, dst, n, factor);
   }
   std::uint32_t bad = 0;  // per-call count; a 32-bit counter vectorizes better than size_t

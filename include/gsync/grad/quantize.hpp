@@ -21,8 +21,10 @@
 /// Every loop is a plain loop over contiguous floats without per-element branches (the max is
 /// taken on the integer bit patterns of |x|, which order like the values and also reveal
 /// non-finite values; rounding uses a magic-number add or an exact integer floor), so it
-/// vectorizes. The results are bitwise reproducible on every rank of one build. Compile without
-/// -ffast-math (the nearest-rounding trick `(v + 1.5*2^23) - 1.5*2^23` must not be reassociated).
+/// vectorizes; each loop also has an AVX2 copy chosen at run time (core/cpu_features.hpp), which
+/// gives the same bits. The results are bitwise reproducible on every rank of one build. Compile
+/// without -ffast-math (the nearest-rounding trick `(v + 1.5*2^23) - 1.5*2^23` must not be
+/// reassociated).
 ///
 /// Random numbers: `counter_rng` is splitmix64 (a 64-bit add-xorshift-multiply mix) applied to
 /// key + counter; the key mixes a user seed, the rank, the step and a stage number, and the
@@ -34,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+
+#include "gsync/core/cpu_features.hpp"
 
 namespace gsync::grad {
 
@@ -85,15 +89,101 @@ struct block_scale {
 /// Blocks whose max |x| is below this are sent as zeros (2^-100).
 inline constexpr float negligible_amax = 0x1p-100f;
 
-/// Computes the scale of the `n` values at `x`.
-[[nodiscard]] inline block_scale scale_of(const float* x, std::size_t n) noexcept {
-  // For non-negative floats, the bit patterns order like the values, and every pattern >= Inf's
-  // is Inf or NaN: one integer max finds both amax and non-finite values.
+namespace detail {
+
+// The loop bodies, each compiled twice: into the baseline entry points below and into their AVX2
+// copies (GSYNC_AVX2_TARGET), which the public functions choose at run time.
+
+/// max over i of the bit pattern of |x[i]| (for non-negative floats the patterns order like the
+/// values, and every pattern >= Inf's is Inf or NaN).
+GSYNC_ALWAYS_INLINE std::uint32_t max_abs_bits_body(const float* x, std::size_t n) noexcept {
   std::uint32_t m = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t a = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
     m = a > m ? a : m;
   }
+  return m;
+}
+
+/// q = clamp(round_nearest_even(x * inv), -127, 127).
+GSYNC_ALWAYS_INLINE void quantize_nearest_body(const float* x, std::size_t n, float inv, std::int8_t* q) noexcept {
+  constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = (x[i] * inv + magic) - magic;  // |x * inv| <= 127 up to rounding
+    std::int32_t k = static_cast<std::int32_t>(v);
+    k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loop branch-free
+    k = k > 127 ? 127 : k;
+    q[i] = static_cast<std::int8_t>(k);
+  }
+}
+
+/// q = clamp(floor(x * inv + u_i), -127, 127) with u_i = rng.uniform(first + i).
+template <class Rng>
+GSYNC_ALWAYS_INLINE void quantize_stochastic_body(const float* x, std::size_t n, float inv, std::int8_t* q, Rng rng,
+                                                  std::uint64_t first) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float t = x[i] * inv + rng.uniform(first + i);  // in [-127, 128) up to rounding
+    std::int32_t k = static_cast<std::int32_t>(t);        // truncation toward zero ...
+    k -= static_cast<float>(k) > t ? 1 : 0;               // ... corrected to floor for negatives
+    k = k < -127 ? -127 : k;
+    k = k > 127 ? 127 : k;  // t may round up to 128.0f
+    q[i] = static_cast<std::int8_t>(k);
+  }
+}
+
+/// out = q * scale (add false) or out += q * scale (add true).
+template <bool add>
+GSYNC_ALWAYS_INLINE void dequantize_body(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (add) out[i] += static_cast<float>(q[i]) * scale;
+    else out[i] = static_cast<float>(q[i]) * scale;
+  }
+}
+
+/// e = e - q * scale.
+GSYNC_ALWAYS_INLINE void residual_body(float* e, const std::int8_t* q, std::size_t n, float scale) noexcept {
+  for (std::size_t i = 0; i < n; ++i) e[i] = e[i] - static_cast<float>(q[i]) * scale;
+}
+
+#if GSYNC_HAVE_AVX2_PATH
+GSYNC_AVX2_TARGET inline std::uint32_t max_abs_bits_avx2(const float* x, std::size_t n) noexcept { return max_abs_bits_body(x, n); }
+GSYNC_AVX2_TARGET inline void quantize_nearest_avx2(const float* x, std::size_t n, float inv, std::int8_t* q) noexcept {
+  quantize_nearest_body(x, n, inv, q);
+}
+template <class Rng>
+GSYNC_AVX2_TARGET inline void quantize_stochastic_avx2(const float* x, std::size_t n, float inv, std::int8_t* q, Rng rng,
+                                                       std::uint64_t first) noexcept {
+  quantize_stochastic_body(x, n, inv, q, rng, first);
+}
+template <bool add>
+GSYNC_AVX2_TARGET inline void dequantize_avx2(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
+  dequantize_body<add>(q, n, scale, out);
+}
+GSYNC_AVX2_TARGET inline void residual_avx2(float* e, const std::int8_t* q, std::size_t n, float scale) noexcept {
+  residual_body(e, q, n, scale);
+}
+#endif
+
+/// The int8 loops run in AVX2 copies (see core/cpu_features.hpp).
+inline bool int8_wide() noexcept {
+#if GSYNC_HAVE_AVX2_PATH
+  return gsync::detail::avx2_available();
+#else
+  return false;
+#endif
+}
+
+}  // namespace detail
+
+/// Computes the scale of the `n` values at `x`.
+[[nodiscard]] inline block_scale scale_of(const float* x, std::size_t n) noexcept {
+  // One integer max finds both amax and non-finite values (patterns >= Inf's).
+  std::uint32_t m;
+#if GSYNC_HAVE_AVX2_PATH
+  if (detail::int8_wide()) m = detail::max_abs_bits_avx2(x, n);
+  else
+#endif
+    m = detail::max_abs_bits_body(x, n);
   if (m >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f, false};
   const float amax = std::bit_cast<float>(m);
   if (amax < negligible_amax) return {0.0f, 0.0f, true};
@@ -114,35 +204,31 @@ inline void quantize_block(const float* x, std::size_t n, const block_scale& s, 
     for (std::size_t i = 0; i < n; ++i) q[i] = 0;
     return;
   }
-  if (mode == rounding::nearest) {
-    constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = (x[i] * inv + magic) - magic;  // |x * inv| <= 127 up to rounding
-      std::int32_t k = static_cast<std::int32_t>(v);
-      k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loop branch-free
-      k = k > 127 ? 127 : k;
-      q[i] = static_cast<std::int8_t>(k);
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float t = x[i] * inv + rng.uniform(first + i);  // in [-127, 128) up to rounding
-      std::int32_t k = static_cast<std::int32_t>(t);        // truncation toward zero ...
-      k -= static_cast<float>(k) > t ? 1 : 0;               // ... corrected to floor for negatives
-      k = k < -127 ? -127 : k;
-      k = k > 127 ? 127 : k;  // t may round up to 128.0f
-      q[i] = static_cast<std::int8_t>(k);
-    }
+#if GSYNC_HAVE_AVX2_PATH
+  if (detail::int8_wide()) {
+    if (mode == rounding::nearest) detail::quantize_nearest_avx2(x, n, inv, q);
+    else detail::quantize_stochastic_avx2(x, n, inv, q, rng, first);
+    return;
   }
+#endif
+  if (mode == rounding::nearest) detail::quantize_nearest_body(x, n, inv, q);
+  else detail::quantize_stochastic_body(x, n, inv, q, rng, first);
 }
 
 /// out[i] = q[i] * scale for `n` values (NaN everywhere for a non-finite block's NaN scale).
 inline void dequantize_block(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
+#if GSYNC_HAVE_AVX2_PATH
+  if (detail::int8_wide()) return detail::dequantize_avx2<false>(q, n, scale, out);
+#endif
+  detail::dequantize_body<false>(q, n, scale, out);
 }
 
 /// acc[i] += q[i] * scale for `n` values.
 inline void dequantize_add_block(const std::int8_t* q, std::size_t n, float scale, float* acc) noexcept {
-  for (std::size_t i = 0; i < n; ++i) acc[i] += static_cast<float>(q[i]) * scale;
+#if GSYNC_HAVE_AVX2_PATH
+  if (detail::int8_wide()) return detail::dequantize_avx2<true>(q, n, scale, acc);
+#endif
+  detail::dequantize_body<true>(q, n, scale, acc);
 }
 
 /// Error feedback after quantizing: `e` holds e = g + r on entry (the value that was quantized)
@@ -152,8 +238,10 @@ inline void update_residual(float* e, const std::int8_t* q, std::size_t n, const
     for (std::size_t i = 0; i < n; ++i) e[i] = 0.0f;
     return;
   }
-  const float scale = s.scale;
-  for (std::size_t i = 0; i < n; ++i) e[i] = e[i] - static_cast<float>(q[i]) * scale;
+#if GSYNC_HAVE_AVX2_PATH
+  if (detail::int8_wide()) return detail::residual_avx2(e, q, n, s.scale);
+#endif
+  detail::residual_body(e, q, n, s.scale);
 }
 
 }  // namespace gsync::grad

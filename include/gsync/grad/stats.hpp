@@ -3,10 +3,11 @@
 /// Per-step statistics of gradient synchronization, and a running summary over many steps.
 ///
 /// Definitions (all per rank):
-/// - `bytes_on_wire`: bytes this rank sent for the step's collectives, as reported by the bucket reducer.
-///   The plain allreduce reducer reports the volume of the algorithm the library picks for that bucket
-///   (ring and halving-doubling: 2(N-1)/N of the buffer; see `allreduce_bytes_sent` in synchronizer.hpp);
-///   a compression reducer reports what it measured.
+/// - `bytes_on_wire`: payload bytes this rank sent for the step's collectives (frame headers excluded),
+///   as reported by the bucket reducer. The plain allreduce reducer counts them on transports that
+///   count (`counting_transport`: TCP with shared memory, in-process), else reports the volume of the
+///   algorithm the library picks for that bucket (`allreduce_bytes_sent` in synchronizer.hpp); the
+///   compression reducers report what their schedules send (checked against a counting transport).
 /// - `payload_bytes`: bytes of the buffers handed to the collectives (the fused buckets, in wire type).
 /// - `comm_time`: time the progress engine spent running the step's collectives (sum over buckets of
 ///   finished_at - started_at; they run one after another, so this is the engine's busy time).

@@ -46,7 +46,8 @@
 ///   to a `loss_scaler`, which skips the step and backs off on an overflow on any rank.
 /// - The bucket reducer (template parameter `Reducer`) is the seam where compression plugs in: it gets
 ///   each bucket as a span of wire elements and returns a `gsync::request`. The default,
-///   `allreduce_reducer`, is a plain `allreduce_async`. A compression policy is wrapped as a reducer
+///   `allreduce_reducer`, runs a plain allreduce on the progress engine (as a job that also counts the
+///   bytes the transport is handed). A compression policy is wrapped as a reducer
 ///   whose `start()` queues the compressed exchange as one compound job with `gsync::submit` and
 ///   stores the bytes it sent (see `bucket_reducer`).
 ///
@@ -161,12 +162,22 @@ inline double allreduce_bytes_sent(algo::allreduce_id id, std::size_t bytes, int
   return 2.0 * (n - 1) / n * s;
 }
 
-/// The default reducer: one `allreduce_async` (op::avg or op::sum) per bucket, algorithm chosen by the
-/// library. Reports the bytes the chosen algorithm sends per rank (`allreduce_bytes_sent`).
+/// The default reducer: one allreduce (op::avg or op::sum) per bucket on the communicator's progress
+/// engine, algorithm chosen by the library. Reports the payload bytes this rank sent, counted by the
+/// transport where it counts (`counting_transport`: TCP/shared memory and in-process do), else the
+/// bytes the chosen algorithm sends per rank (`allreduce_bytes_sent`).
 struct allreduce_reducer {
   /// Issues the allreduce of `job.data`. \tparam X transport. \tparam W wire element type.
   template <transport_policy X, class W>
   request start(communicator<X>& comm, const bucket_job<W>& job) {
+    if constexpr (counting_transport<X>) {
+      return submit(comm, [data = job.data, average = job.average, out = job.bytes_sent](communicator<X>& c) {
+        const std::uint64_t before = c.transport().payload_bytes_posted();
+        if (average) allreduce(c, data, op::avg{});
+        else allreduce(c, data, op::sum{});
+        *out = c.transport().payload_bytes_posted() - before;
+      });
+    }
     const std::size_t bytes = job.data.size_bytes();
     const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
                                            &comm.transport().topo());

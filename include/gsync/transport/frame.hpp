@@ -46,10 +46,11 @@ inline frame_header make_header(message_id id, std::size_t bytes) {
 
 /// Name of the operation kind a wire tag belongs to, for logs (the tags are assigned in
 /// detail/collective.hpp: one per collective kind, point-to-point above 2^31; 8 is the start-up
-/// probe of transport/link_probe.hpp).
+/// probe of transport/link_probe.hpp, 9 the int8 compressed allreduce of grad/int8_exchange.hpp).
 inline std::string tag_kind(std::uint32_t tag) {
   static constexpr const char* kinds[] = {"?",      "allreduce", "reduce_scatter", "allgather",       "broadcast",
-                                         "reduce", "alltoall",  "barrier",        "start-up network probe"};
+                                         "reduce", "alltoall",  "barrier",        "start-up network probe",
+                                         "compressed_allreduce"};
   if (tag >= 0x80000000u) return "send/recv (tag " + std::to_string(tag - 0x80000000u) + ")";
   return tag < std::size(kinds) ? kinds[tag] : "tag " + std::to_string(tag);
 }

@@ -99,9 +99,13 @@ class inproc {
     }
   }
 
+  /// Payload bytes handed to post_send so far (`counting_transport`).
+  std::uint64_t payload_bytes_posted() const noexcept { return posted_bytes_; }
+
   /// Queues a descriptor of [src, src+n) for `peer`.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
     check_peer(peer);
+    posted_bytes_ += n;
     std::unique_lock lk(w_->m_);
     check_usable(lk);
     if (w_->ranks_[peer].gone) peer_gone(lk, peer, "has left: this rank cannot send to it");
@@ -242,6 +246,7 @@ class inproc {
 
   std::shared_ptr<inproc_world> w_;
   int rank_;
+  std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send
   message_id last_sent_{};  // the last message posted (for cross_check_sent)
 };
 

@@ -302,9 +302,14 @@ class tcp {
     }
   }
 
+  /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
+  /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
+  std::uint64_t payload_bytes_posted() const noexcept { return posted_bytes_; }
+
   /// Queues [src, src+n) for `peer` and writes what the kernel accepts now.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
     check_usable();
+    posted_bytes_ += n;
     if (id.tag < 0x80000000u) cur_op_ = id.seq;
     check_peer(peer);
     auto& c = peers_[peer];
@@ -373,6 +378,16 @@ class tcp {
   void flush_sends(deadline dl) {
     check_usable();
     while (queued_ > 0) wait_progress(-1, dl, message_id{});
+  }
+
+  /// Hands queued sends to the kernel (sockets) and to the peers' rings (shared memory) as far as
+  /// they take them now, without waiting: a schedule that computes between messages calls it so
+  /// that its links keep moving (see `send_progress_transport`).
+  void progress_sends() {
+    check_usable();
+    if (queued_ == 0) return;
+    pump_sockets();
+    pump_all_shm();
   }
 
   /// Called when an operation has ended: a stall record it published is withdrawn at once, so
@@ -1233,6 +1248,7 @@ class tcp {
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
   std::size_t queued_ = 0;       // messages queued, all peers
+  std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send (payload_bytes_posted)
   std::size_t shm_queued_ = 0;   // of which to shared-memory peers
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
