@@ -210,7 +210,13 @@ TEST_CASE("collectives: GSYNC_ALGO_* overrides are parsed, forced, and invalid n
   CHECK(gsync::algo::choose_reduce(8, 8, 512 << 10, "ring").id == gsync::algo::collective_id::ring);
   CHECK(gsync::algo::choose_broadcast(8, 8, 512 << 10, "").id == gsync::algo::collective_id::binomial_tree);
   CHECK(gsync::algo::choose_broadcast(std::size_t{64} << 20, 8, 512 << 10, "auto").id == gsync::algo::collective_id::ring);
-  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "").id == gsync::algo::collective_id::ring);
+  // Blocks that make a small whole buffer: dissemination from 3 ranks; large ones or 2 ranks: the ring.
+  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "").id == gsync::algo::collective_id::dissemination);
+  CHECK(gsync::algo::choose_allgather(64 << 10, 4, 512 << 10, "").id == gsync::algo::collective_id::dissemination);
+  CHECK(gsync::algo::choose_allgather((64 << 10) + 4, 4, 512 << 10, "").id == gsync::algo::collective_id::ring);
+  CHECK(gsync::algo::choose_reduce_scatter(8, 2, 512 << 10, "").id == gsync::algo::collective_id::ring);
+  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "ring").id == gsync::algo::collective_id::ring);
+  CHECK(gsync::algo::choose_allgather(1 << 20, 4, 512 << 10, "dissemination").id == gsync::algo::collective_id::dissemination);
   CHECK(gsync::algo::choose_alltoall(8, 4, 512 << 10, "pairwise").id == gsync::algo::collective_id::pairwise);
   const auto bad = [](auto f) {
     try {

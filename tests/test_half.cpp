@@ -522,29 +522,33 @@ TEST_CASE("half: bulk conversions (F16C where the CPU has it) equal the portable
   CHECK(failures == 0);
 }
 
-TEST_CASE("half: the reduction loops (F16C where the CPU has it) equal per-element combination, in and out of place") {
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{65}, std::size_t{4099}}) {
+/// The reduction loops over T (reduce_to, both in-place forms, with and without finalize) against
+/// per-element combination in float, on random bit patterns; any NaN matches any NaN (which input's
+/// payload a NaN result carries depends on the order the compiler gave the operands).
+/// \tparam T half or bfloat16. \param is_nan tells a NaN bit pattern of T.
+template <class T>
+void check_reduction_loops(bool (*is_nan)(std::uint16_t), std::uint32_t seed) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{32}, std::size_t{33}, std::size_t{64},
+                              std::size_t{65}, std::size_t{4099}}) {
     CAPTURE(n);
-    std::vector<half> a(n), b(n), expect(n), expect_avg(n), got(n);
-    std::uint32_t state = 777u + static_cast<std::uint32_t>(n);
+    std::vector<T> a(n), b(n), expect(n), expect_avg(n), got(n);
+    std::uint32_t state = seed + static_cast<std::uint32_t>(n);
     auto next = [&state] {
       state = state * 1664525u + 1013904223u;
       return static_cast<std::uint16_t>(state >> 16);
     };
-    for (std::size_t i = 0; i < n; ++i) a[i] = half::from_bits(next()), b[i] = half::from_bits(next());
-    const gsync::op::sum sum;
-    const gsync::op::avg avg;
+    for (std::size_t i = 0; i < n; ++i) a[i] = T::from_bits(next()), b[i] = T::from_bits(next());
     for (std::size_t i = 0; i < n; ++i) {
-      expect[i] = half(float(a[i]) + float(b[i]));
-      expect_avg[i] = half((float(a[i]) + float(b[i])) / 3.0f);
+      expect[i] = T(float(a[i]) + float(b[i]));
+      expect_avg[i] = T((float(a[i]) + float(b[i])) / 3.0f);
     }
-    // Equal bits, except that any NaN matches any NaN (which input's payload a NaN result carries
-    // depends on the order the compiler gave the operands).
-    auto same = [&](const std::vector<half>& x, const std::vector<half>& y) {
+    auto same = [&](const std::vector<T>& x, const std::vector<T>& y) {
       for (std::size_t i = 0; i < n; ++i)
-        if (x[i].bits() != y[i].bits() && !(half_is_nan(x[i].bits()) && half_is_nan(y[i].bits()))) return false;
+        if (x[i].bits() != y[i].bits() && !(is_nan(x[i].bits()) && is_nan(y[i].bits()))) return false;
       return true;
     };
+    const gsync::op::sum sum;
+    const gsync::op::avg avg;
     gsync::detail::reduce_to<false>(got.data(), a.data(), b.data(), n, sum, 3);
     CHECK(same(got, expect));
     got = a;
@@ -558,8 +562,12 @@ TEST_CASE("half: the reduction loops (F16C where the CPU has it) equal per-eleme
   }
 }
 
+TEST_CASE("half: the reduction loops (F16C where the CPU has it) equal per-element combination, in and out of place") {
+  check_reduction_loops<half>(half_is_nan, 777u);
+}
+
 TEST_CASE("bfloat16: bulk conversions and reduction loops (AVX2 where the CPU has it) equal the portable ones bit for bit") {
-  MESSAGE("AVX2 in use: " << (gsync::detail::avx2_available() ? "yes" : "no"));
+  MESSAGE("AVX2 in use: " << std::string(gsync::detail::avx2_available() ? "yes" : "no"));
   // Every bfloat16, widened in bulk.
   std::vector<bfloat16> all(65536);
   for (std::uint32_t u = 0; u < 65536; ++u) all[u] = bfloat16::from_bits(static_cast<std::uint16_t>(u));
@@ -591,35 +599,5 @@ TEST_CASE("bfloat16: bulk conversions and reduction loops (AVX2 where the CPU ha
     }
   CHECK(failures == 0);
   // The reduction loops, in and out of place, with and without finalize.
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{32}, std::size_t{33}, std::size_t{4099}}) {
-    CAPTURE(n);
-    std::vector<bfloat16> a(n), b(n), expect(n), expect_avg(n), got(n);
-    std::uint32_t state = 99u + static_cast<std::uint32_t>(n);
-    auto next = [&state] {
-      state = state * 1664525u + 1013904223u;
-      return static_cast<std::uint16_t>(state >> 16);
-    };
-    for (std::size_t i = 0; i < n; ++i) a[i] = bfloat16::from_bits(next()), b[i] = bfloat16::from_bits(next());
-    for (std::size_t i = 0; i < n; ++i) {
-      expect[i] = bfloat16(float(a[i]) + float(b[i]));
-      expect_avg[i] = bfloat16((float(a[i]) + float(b[i])) / 3.0f);
-    }
-    auto same = [&](const std::vector<bfloat16>& x, const std::vector<bfloat16>& y) {
-      for (std::size_t i = 0; i < n; ++i)
-        if (x[i].bits() != y[i].bits() && !(bf16_is_nan(x[i].bits()) && bf16_is_nan(y[i].bits()))) return false;
-      return true;
-    };
-    const gsync::op::sum sum;
-    const gsync::op::avg avg;
-    gsync::detail::reduce_to<false>(got.data(), a.data(), b.data(), n, sum, 3);
-    CHECK(same(got, expect));
-    got = a;
-    gsync::detail::reduce_inplace<false>(got.data(), b.data(), n, sum, 3);
-    CHECK(same(got, expect));
-    got = b;
-    gsync::detail::reduce_inplace_rhs<false>(got.data(), a.data(), n, sum, 3);
-    CHECK(same(got, expect));
-    gsync::detail::reduce_to<true>(got.data(), a.data(), b.data(), n, avg, 3);
-    CHECK(same(got, expect_avg));
-  }
+  check_reduction_loops<bfloat16>(bf16_is_nan, 99u);
 }

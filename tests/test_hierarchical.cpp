@@ -119,6 +119,15 @@ TEST_CASE("automatic choice: hierarchical for large buffers when ranks span host
   // On the network, large buffers go to the pipelined ring rather than halving-doubling.
   const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
   CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts).id == allreduce_id::ring);
+  // The communicator's segment size, when given, is the one the estimate uses (it sets the ring's
+  // pipelining and the hierarchical schedule's slices): 64 MiB in 64 KiB segments.
+  const std::size_t big = std::size_t{64} << 20, seg = 64 << 10;
+  const auto ch = choose_allreduce(big, 8, "shm+tcp", "", &two_by_four, nullptr, seg);
+  REQUIRE(ch.id == allreduce_id::hierarchical);
+  cost_model intra = cost_model::shared_memory_of(two_by_four), net = network_of(two_by_four);
+  intra.segment_bytes = net.segment_bytes = seg;
+  CHECK(ch.cost_us == doctest::Approx(estimate_hierarchical_us(big, 2, 4, intra, net)));
+  CHECK(ch.cost_us != doctest::Approx(choose_allreduce(big, 8, "shm+tcp", "", &two_by_four).cost_us));
 }
 
 TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) keeps small buffers off the hierarchical schedule") {

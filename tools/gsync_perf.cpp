@@ -574,7 +574,7 @@ template <class Algo>
 std::string algo_ran(gsync::tcp_communicator& comm, std::size_t bytes) {
   if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) {
     const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
-                                                  &comm.transport().topo());
+                                                  &comm.transport().topo(), nullptr, comm.segment_bytes());
     return gsync::algo::visit(ch.id, [](auto a) { return std::string(decltype(a)::name); });
   } else {
     return std::string(Algo::name);

@@ -56,7 +56,7 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo,
-                                             &comm.transport().topo());
+                                             &comm.transport().topo(), nullptr, comm.segment_bytes());
     if (comm.log().enabled(log_level::info)) {
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
                           std::string(op_name<Op>()) + ")";

@@ -29,6 +29,9 @@
 
 namespace gsync {
 
+static_assert(algo::latency_bound_bytes == communicator<transport::inproc>::scratch_bytes,
+              "the automatic choice of reduce_scatter's dissemination schedule assumes the communicator's scratch size");
+
 namespace detail {
 
 template <class Algo, class X, class T, class Op>

@@ -268,13 +268,17 @@ struct choice {
 /// `cost_model`. Allocation-free (five closed-form estimates).
 /// With `topo` spanning several hosts, the flat schedules are costed with the network model
 /// (`net`, else `network_of(*topo)`) and, when every host runs the same number of ranks (more than
-/// one), compared with the hierarchical one.
+/// one), compared with the hierarchical one. `segment_bytes` (the communicator's, when given)
+/// replaces the models' pipelining unit, which sets the ring's segments and the hierarchical
+/// schedule's slice count as the schedules will run them.
 inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
-                               const topology* topo = nullptr, const cost_model* net = nullptr) {
+                               const topology* topo = nullptr, const cost_model* net = nullptr, std::size_t segment_bytes = 0) {
   if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, bytes, world, transport_name, forced};
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
-  const cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
-  const cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
+  cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
+  cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
+  cost_model intra = multi_host ? cost_model::shared_memory_of(*topo) : cost_model::shared_memory();
+  if (segment_bytes != 0) network.segment_bytes = m.segment_bytes = intra.segment_bytes = segment_bytes;
   allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
   double best_us = 0, second_us = 0;
   bool have_best = false, have_second = false;
@@ -288,8 +292,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
     }
   }
   if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
-    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), cost_model::shared_memory_of(*topo),
-                                              network);
+    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), intra, network);
     if (h < best_us) second = best, second_us = best_us, best = allreduce_id::hierarchical, best_us = h;
     else if (h < second_us) second = allreduce_id::hierarchical, second_us = h;
   }

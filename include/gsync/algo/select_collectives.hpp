@@ -14,8 +14,12 @@
 ///   at 1.3 GB/s, loopback TCP; not yet fitted to measurements) and, when the ranks span several
 ///   hosts, from the links the transport timed at start-up (core/links.hpp; e.g. 30 us at
 ///   1 Gbit/s is about 3.6 KB, where the chain pays off much sooner).
-/// - reduce_scatter, allgather: the ring (N-1 steps of n/N bytes each way, the bandwidth optimum);
-///   no latency-optimal variant yet.
+/// - reduce_scatter, allgather: the dissemination schedules (algo/dissemination.hpp:
+///   ceil(log2 N) rounds, (N-1)/N of the data each way like the ring) for N >= 3 when the whole
+///   buffer (N blocks) is at most `latency_bound_bytes` (the communicator's scratch, which the
+///   reduce-scatter needs for its partials); the ring (N-1 steps of n/N bytes each way, pipelined
+///   in segments) otherwise. Alpha-beta: the ring pays (N-1) latencies, dissemination
+///   ceil(log2 N) (plus one where a run of blocks wraps), for the same bytes.
 /// - alltoall: pairwise exchange (N-1 steps, one partner each way per step).
 /// Every choice and its reason are logged once per collective shape at GSYNC_DEBUG=INFO.
 
@@ -26,6 +30,7 @@
 #include <string_view>
 
 #include "gsync/algo/binomial_tree.hpp"
+#include "gsync/algo/dissemination.hpp"
 #include "gsync/algo/pairwise.hpp"
 #include "gsync/algo/ring.hpp"
 #include "gsync/algo/select.hpp"
@@ -35,7 +40,7 @@
 namespace gsync::algo {
 
 /// Runtime identity of an algorithm of the collectives dispatched here.
-enum class collective_id { ring, binomial_tree, pairwise };
+enum class collective_id { ring, binomial_tree, pairwise, dissemination };
 
 /// The name of an algorithm (as GSYNC_ALGO_* and gsync-perf's -a accept it).
 constexpr std::string_view name(collective_id id) {
@@ -43,6 +48,7 @@ constexpr std::string_view name(collective_id id) {
     case collective_id::ring: return ring::name;
     case collective_id::binomial_tree: return binomial_tree::name;
     case collective_id::pairwise: return pairwise::name;
+    case collective_id::dissemination: return dissemination::name;
   }
   return "?";
 }
@@ -50,7 +56,7 @@ constexpr std::string_view name(collective_id id) {
 /// Names accepted for broadcast and reduce.
 inline constexpr std::string_view rooted_names = "auto, ring, binomial_tree";
 /// Names accepted for reduce_scatter and allgather.
-inline constexpr std::string_view block_names = "auto, ring";
+inline constexpr std::string_view block_names = "auto, ring, dissemination";
 /// Names accepted for alltoall.
 inline constexpr std::string_view alltoall_names = "auto, pairwise";
 
@@ -70,11 +76,16 @@ inline std::optional<collective_id> parse_collective(std::string_view collective
   if (s == "ring") id = collective_id::ring;
   else if (s == "binomial_tree" || s == "tree") id = collective_id::binomial_tree;
   else if (s == "pairwise") id = collective_id::pairwise;
+  else if (s == "dissemination") id = collective_id::dissemination;
   if (!id || valid.find(name(*id)) == std::string_view::npos)
     throw error(errc::invalid_argument, std::string(where) + ": unknown " + std::string(collective) + " algorithm '" +
                                             std::string(s) + "' (valid: " + std::string(valid) + ")");
   return id;
 }
+
+/// Largest whole buffer (N blocks, in bytes) for which reduce_scatter and allgather take the
+/// dissemination schedules: the communicator's scratch (core/communicator.hpp `scratch_bytes`).
+inline constexpr std::size_t latency_bound_bytes = 256 << 10;
 
 /// The alpha/beta ratio of the model on one host, in bytes: a message latency is worth this many bytes.
 inline constexpr double alpha_over_beta_bytes = 32 * 1024;
@@ -128,7 +139,9 @@ struct collective_choice {
       return where + ": bandwidth-bound, the pipelined chain moves the buffer about once" + costs;
     }
     if (collective == "alltoall") return where + ": pairwise exchange, one partner each way per step";
-    return where + ": the ring moves (N-1)/N of the data each way, the bandwidth optimum";
+    if (id == collective_id::dissemination)
+      return where + ": latency-bound, ceil(log2 N) rounds instead of the ring's N-1 steps for the same bytes";
+    return where + ": the ring moves (N-1)/N of the data each way in pipelined segments, the bandwidth optimum";
   }
   /// The environment variable that overrides this collective's choice.
   std::string env_name() const {
@@ -159,16 +172,24 @@ inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t
   return {id, "reduce", bytes, world, segment_bytes, forced, ab};
 }
 
-/// Chooses the reduce_scatter algorithm (the ring), honouring `forced` (GSYNC_ALGO_REDUCE_SCATTER).
+/// The automatic choice for reduce_scatter and allgather with blocks of `bytes` over `world` ranks.
+inline collective_id choose_block_collective(std::size_t bytes, int world) noexcept {
+  const bool small = world >= 3 && bytes <= latency_bound_bytes / static_cast<std::size_t>(world);
+  return small ? collective_id::dissemination : collective_id::ring;
+}
+
+/// Chooses the reduce_scatter algorithm (`choose_block_collective`), honouring `forced`
+/// (GSYNC_ALGO_REDUCE_SCATTER).
 inline collective_choice choose_reduce_scatter(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
-  collective_id id = collective_id::ring;
+  collective_id id = choose_block_collective(bytes, world);
   if (auto f = parse_collective("reduce_scatter", forced, "GSYNC_ALGO_REDUCE_SCATTER")) id = *f;
   return {id, "reduce_scatter", bytes, world, segment_bytes, forced};
 }
 
-/// Chooses the allgather algorithm (the ring), honouring `forced` (GSYNC_ALGO_ALLGATHER).
+/// Chooses the allgather algorithm (`choose_block_collective`), honouring `forced`
+/// (GSYNC_ALGO_ALLGATHER).
 inline collective_choice choose_allgather(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
-  collective_id id = collective_id::ring;
+  collective_id id = choose_block_collective(bytes, world);
   if (auto f = parse_collective("allgather", forced, "GSYNC_ALGO_ALLGATHER")) id = *f;
   return {id, "allgather", bytes, world, segment_bytes, forced};
 }
@@ -186,6 +207,7 @@ decltype(auto) visit(collective_id id, F&& f) {
   switch (id) {
     case collective_id::binomial_tree: return f(binomial_tree{});
     case collective_id::pairwise: return f(pairwise{});
+    case collective_id::dissemination: return f(dissemination{});
     case collective_id::ring: break;
   }
   return f(ring{});

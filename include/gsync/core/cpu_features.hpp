@@ -35,20 +35,38 @@
 
 namespace gsync::detail {
 
-/// True when this CPU and OS run AVX2 code (CPUID leaf 7 EBX bit 5, leaf 1 AVX and OSXSAVE, and
-/// XCR0 saving the XMM and YMM registers) and GSYNC_NO_AVX2 is not set. Evaluated once per process.
+/// True when the environment variable `name` is set to something other than "" or "0" (the
+/// GSYNC_NO_* switches that turn a wide code path off).
+inline bool env_switched_off(const char* name) noexcept {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+/// True when the CPU has AVX and the OS saves the YMM registers (CPUID leaf 1 ECX bits 28 AVX
+/// and 27 OSXSAVE, XCR0 bits 1 and 2): the base of every 256-bit path. `ecx1` receives leaf 1's
+/// ECX (for the caller's own feature bits).
+inline bool avx_state_usable([[maybe_unused]] unsigned* ecx1 = nullptr) noexcept {
+#if GSYNC_HAVE_AVX2_PATH
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  if (ecx1) *ecx1 = ecx;
+  constexpr unsigned avx = 1u << 28, osxsave = 1u << 27;
+  if ((ecx & (avx | osxsave)) != (avx | osxsave)) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6u) == 6u;
+#else
+  return false;
+#endif
+}
+
+/// True when this CPU and OS run AVX2 code (`avx_state_usable` and CPUID leaf 7 EBX bit 5) and
+/// GSYNC_NO_AVX2 is not set. Evaluated once per process.
 inline bool avx2_available() noexcept {
 #if GSYNC_HAVE_AVX2_PATH
   static const bool ok = [] {
-    const char* off = std::getenv("GSYNC_NO_AVX2");
-    if (off && *off && std::strcmp(off, "0") != 0) return false;
+    if (env_switched_off("GSYNC_NO_AVX2") || !avx_state_usable()) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    constexpr unsigned avx = 1u << 28, osxsave = 1u << 27;
-    if ((ecx & (avx | osxsave)) != (avx | osxsave)) return false;
-    unsigned lo = 0, hi = 0;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 6u) != 6u) return false;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     return (ebx & (1u << 5)) != 0;
   }();

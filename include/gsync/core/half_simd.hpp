@@ -42,18 +42,10 @@ namespace gsync::detail {
 /// Evaluated once per process.
 inline bool f16c_available() noexcept {
 #if GSYNC_HAVE_F16C_PATH
+  // F16C is CPUID leaf 1 ECX bit 29, on top of usable AVX state (core/cpu_features.hpp).
   static const bool ok = [] {
-    const char* off = std::getenv("GSYNC_NO_F16C");
-    if (off && *off && std::strcmp(off, "0") != 0) return false;
-    // CPUID leaf 1, ECX: bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE; and the OS must save the YMM
-    // registers (XCR0 bits 1 and 2).
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    constexpr unsigned f16c = 1u << 29, avx = 1u << 28, osxsave = 1u << 27;
-    if ((ecx & (f16c | avx | osxsave)) != (f16c | avx | osxsave)) return false;
-    unsigned lo = 0, hi = 0;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (lo & 6u) == 6u;
+    unsigned ecx = 0;
+    return !env_switched_off("GSYNC_NO_F16C") && avx_state_usable(&ecx) && (ecx & (1u << 29)) != 0;
   }();
   return ok;
 #else

@@ -712,7 +712,25 @@ class tcp {
     shm::sleep(bell, seen, ms);
     if (shm_progress(in_peer)) return;
     check_shm_peers(in_peer, id);
+    if (sockets) watch_idle_sockets(id);
     if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
+  }
+
+  // Checks, without waiting, whether a TCP peer with nothing queued has closed its connection (a
+  // wait on the sockets watches them the same way): a wait for a same-host peer with sends to
+  // other hosts queued calls it after each sleep, so a failed peer on another host is noticed
+  // within a millisecond or so, not at the timeout.
+  void watch_idle_sockets(message_id id) {
+    pfds_.clear();
+    pidx_.clear();
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !peers_[p].shm && peers_[p].fd >= 0 && !peers_[p].closed && peers_[p].q.empty()) {
+        pfds_.push_back({peers_[p].fd, POLLRDHUP, 0});
+        pidx_.push_back(p);
+      }
+    if (pfds_.empty() || ::poll(pfds_.data(), pfds_.size(), 0) <= 0) return;
+    for (std::size_t i = 0; i < pfds_.size(); ++i)
+      if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
   }
 
   // Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited,
