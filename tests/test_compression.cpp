@@ -722,7 +722,7 @@ TEST_CASE("int8 exchange: a record decodes the same in pieces of any size as who
         for (std::size_t at = 0; at < L.record; at += piece)
           dec.consume<true>(std::span<const std::byte>(reinterpret_cast<const std::byte*>(rec.data()) + at, std::min(piece, L.record - at)));
         CHECK(dec.pos == L.record);
-        CHECK(std::memcmp(whole.data(), pieces.data(), 4 * ch.count) == 0);
+        CHECK((ch.count == 0 || std::memcmp(whole.data(), pieces.data(), 4 * ch.count) == 0));  // (memcmp of null is UB)
       }
     }
   }
