@@ -26,7 +26,9 @@
 // "final_loss" (mean loss over a fixed evaluation set after the last step), "bytes_on_wire" (total
 // bytes rank 0 sent for gradient synchronization), "comm_ratio" (exposed communication / step time),
 // "step_time_ms" (mean), "comm_time_ms" (mean per step: the progress engine's time in the step's
-// collectives), "exposed_ms" (mean per step: time blocked in finish()), "skipped_steps"}.
+// collectives), "exposed_ms" (mean per step: time blocked in finish()), "sync_time_ms" (mean per step
+// of the shortest comm time of any rank: the rank that reached the collectives last waited least for
+// the others, so this is the synchronization's own duration), "skipped_steps"}.
 
 #include <chrono>
 #include <cmath>
@@ -357,6 +359,7 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
   activations act = make_activations(m, o.batch);
   std::vector<int> labels(o.batch);
   std::vector<double> losses;
+  double sync_s = 0;  // sum over steps of the shortest comm time of any rank (see the JSON's sync_time_ms)
   const std::uint64_t nn = static_cast<std::uint64_t>(n), bb = o.batch, kk = o.accum;
   sync.begin_step();  // a step then runs from one finish() to the next: forward, backward, update
   for (int s = 0; s < o.steps; ++s) {
@@ -385,6 +388,11 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
     double loss = local_loss / static_cast<double>(o.accum);
     gsync::allreduce(comm, std::span<double>{&loss, 1}, gsync::op::avg{});
     losses.push_back(loss);
+    // The rank that reached the step's collectives last waited least for the others: its engine
+    // time is the synchronization's own duration, without the skew between ranks' backward passes.
+    double comm_s = res.stats.comm_time.count();
+    gsync::allreduce(comm, std::span<double>{&comm_s, 1}, gsync::op::min{});
+    sync_s += comm_s;
     if (rank == 0 && o.print_every > 0 && (s % o.print_every == 0 || s + 1 == o.steps))
       std::printf("step %4d  loss %.6f  wire %8.1f KiB  comm %.3f ms  exposed %.3f ms  step %.3f ms  comm ratio %.3f%s\n", s, loss,
                   static_cast<double>(res.stats.bytes_on_wire) / 1024.0, 1e3 * res.stats.comm_time.count(),
@@ -416,6 +424,7 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
         << ", \"comm_ratio\": " << fmt(tot.comm_ratio()) << ", \"step_time_ms\": " << fmt(step_ms)
         << ", \"comm_time_ms\": " << fmt(1e3 * tot.comm_time().count() / o.steps)
         << ", \"exposed_ms\": " << fmt(1e3 * tot.exposed_time().count() / o.steps)
+        << ", \"sync_time_ms\": " << fmt(1e3 * sync_s / o.steps)
         << ", \"skipped_steps\": " << (sync.scaler() ? sync.scaler()->skipped_steps() : 0) << "}\n";
     }
     if (!o.compare.empty()) {

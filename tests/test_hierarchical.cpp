@@ -62,6 +62,10 @@ void workload(Comm& comm, gsync_test::world_sync& sync, errors& errs, const std:
 
 using hier_ring = gsync::algo::hierarchical<>;
 using hier_rd = gsync::algo::hierarchical<gsync::algo::ring, gsync::algo::recursive_doubling>;
+// Two-level forms (an intra-host schedule without reduce-scatter/allgather phases).
+using hier_tree_ring = gsync::algo::hierarchical<gsync::algo::tree, gsync::algo::ring>;
+using hier_rd_hd = gsync::algo::hierarchical<gsync::algo::recursive_doubling, gsync::algo::halving_doubling>;
+using hier_hd_direct = gsync::algo::hierarchical<gsync::algo::halving_doubling, gsync::algo::direct>;
 
 gsync::config cfg() {
   gsync::config c;
@@ -84,6 +88,10 @@ TEST_CASE("hierarchical allreduce, in-process ranks placed on hosts") {
         [&](auto& comm, gsync_test::world_sync& sync) {
           workload<hier_ring>(comm, sync, errs, where + " hier<ring,ring>");
           workload<hier_rd>(comm, sync, errs, where + " hier<ring,rd>");
+          workload<hier_tree_ring>(comm, sync, errs, where + " hier<tree,ring>");
+          workload<hier_rd_hd>(comm, sync, errs, where + " hier<rd,hd>");
+          one<float, gsync::op::avg, hier_hd_direct>(comm, sync, errs, 99991, false, where + " hier<hd,direct>");
+          one<std::int32_t, gsync::op::sum, hier_hd_direct>(comm, sync, errs, 5, true, where + " hier<hd,direct>");
         });
     for (auto& e : errs.list) FAIL_CHECK(e);
   }
@@ -97,6 +105,7 @@ TEST_CASE("hierarchical allreduce over shared memory inside hosts and TCP across
     gsync_test::run_mixed(n, per, [&](auto& comm, gsync_test::world_sync& sync) {
       CHECK(comm.transport().topo().hosts() == n / per);
       workload<hier_ring>(comm, sync, errs, where);
+      workload<hier_rd_hd>(comm, sync, errs, where + " hier<rd,hd>");
     }, cfg());
     for (auto& e : errs.list) FAIL_CHECK(e);
   }
@@ -142,7 +151,10 @@ TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) kee
   t.set_links(l);
   CHECK(cost_model::shared_memory_of(t).alpha_us == 5);
   CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
-  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(std::size_t{64} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  // 4 KiB: recursive doubling crosses hosts once (its steps at distance 1 and 2 stay inside), the
+  // hierarchical ring twice; the link carries 4 x 4 KiB, about 130 us.
+  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::recursive_doubling);
   l.intra_alpha_us = 400;  // an oversubscribed host: every message inside it waits for a wake-up
   t.set_links(l);
   CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
@@ -152,6 +164,74 @@ TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) kee
   l.intra_alpha_us = 0;
   t.set_links(l);
   CHECK(cost_model::shared_memory_of(t).alpha_us == cost_model::shared_memory().alpha_us);
+}
+
+TEST_CASE("topology: how many ranks of a host cross to other hosts in each step of the flat schedules") {
+  using gsync::topology;
+  const topology two_by_four = topology::blocks(8, 4);
+  CHECK(two_by_four.xor_load(0) == 0);  // partners r^1 and r^2 on the same host
+  CHECK(two_by_four.xor_load(1) == 0);
+  CHECK(two_by_four.xor_load(2) == 4);  // r^4: all four ranks of a host cross at once
+  CHECK(two_by_four.xor_load(3) == 0);  // no such step
+  CHECK(two_by_four.fold_load() == 0);
+  CHECK(two_by_four.ring_load() == 1);
+  CHECK(two_by_four.all_to_all_load() == 16);
+  const topology spread = topology::blocks(8, 1);
+  for (int k = 0; k < 3; ++k) CHECK(spread.xor_load(k) == 1);
+  CHECK(spread.ring_load() == 1);
+  CHECK(spread.all_to_all_load() == 7);
+  // Round robin over two hosts: neighbours are always on the other host.
+  const topology rr({0, 1, 0, 1, 0, 1, 0, 1});
+  CHECK(rr.xor_load(0) == 4);
+  CHECK(rr.xor_load(1) == 0);
+  CHECK(rr.xor_load(2) == 0);
+  CHECK(rr.ring_load() == 4);
+  // 6 ranks on 2 hosts of 3: core ranks 0..3, folded 4, 5 onto 0, 1 (all crossing).
+  const topology six = topology::blocks(6, 3);
+  CHECK(six.xor_load(0) == 1);  // 2 <-> 3
+  CHECK(six.xor_load(1) == 1);  // 1 <-> 3
+  CHECK(six.fold_load() == 2);
+  CHECK(six.ring_load() == 1);
+  const topology one = topology::single_host(4);
+  CHECK(one.xor_load(0) == 0);
+  CHECK(one.ring_load() == 0);
+}
+
+TEST_CASE("placed cost model: one rank per host is the flat network model; ranks of a host share its link") {
+  using namespace gsync::algo;
+  gsync::link_estimate l;
+  l.alpha_us = 100;
+  l.beta_us_per_byte = 8e-3;
+  l.intra_alpha_us = 300;
+  const cost_model net = cost_model::network(l);
+  cost_model intra = cost_model::shared_memory();
+  intra.alpha_us = 300;
+  for (int n = 2; n <= 8; ++n) {
+    const gsync::topology t = gsync::topology::blocks(n, 1);
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20})
+      for (allreduce_id id : all_allreduce_ids) {
+        INFO("n=" << n << " bytes=" << bytes << " " << name(id));
+        CHECK(estimate_placed_us(id, bytes, t, intra, net) == doctest::Approx(estimate_us(id, bytes, n, net)));
+      }
+  }
+  // 2 hosts x 4 ranks, 64 KiB: recursive doubling's two steps inside the hosts cost the shared
+  // memory's hop, the crossing step carries 4 x 64 KiB on each link.
+  const gsync::topology t = gsync::topology::blocks(8, 4);
+  const double s = 65536;
+  const double rd = 2 * (300 + s * intra.beta_us_per_byte) + (100 + 4 * s * 8e-3);
+  CHECK(estimate_placed_us(allreduce_id::recursive_doubling, 65536, t, intra, net) == doctest::Approx(rd));
+  CHECK(estimate_placed_us(allreduce_id::recursive_doubling, 65536, t, intra, net) >
+        estimate_us(allreduce_id::recursive_doubling, 65536, 8, net));
+  // Round robin: the ring's every hop crosses, four senders per link.
+  const gsync::topology rr({0, 1, 0, 1, 0, 1, 0, 1});
+  CHECK(estimate_placed_us(allreduce_id::ring, std::size_t{64} << 20, rr, intra, net) ==
+        doctest::Approx(4 * estimate_placed_us(allreduce_id::ring, std::size_t{64} << 20, t, intra, net)).epsilon(0.01));
+  // With those links (the shaped cluster's, an oversubscribed host), 64 KiB goes hierarchical:
+  // recursive doubling's crossing step alone is about 2.2 ms there.
+  gsync::topology placed = t;
+  placed.set_links(l);
+  CHECK(choose_allreduce(65536, 8, "shm+tcp", "", &placed).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &placed).id == allreduce_id::recursive_doubling);
 }
 
 TEST_CASE("hierarchical schedule: slices per buffer") {

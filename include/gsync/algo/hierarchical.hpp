@@ -27,16 +27,26 @@
 /// last slice's allgather are not overlapped with the host links. With J = 1 this is the plain
 /// three-level schedule above.
 ///
+/// Two levels, for an `Intra` without separate phases (tree, recursive_doubling,
+/// halving_doubling, direct: the latency-optimal schedules). (1) Intra-host allreduce with
+/// `Intra`'s schedule over the whole buffer, not finalized: every rank of a host holds the host's
+/// combination. (2) Inter-host allreduce with `Inter`'s schedule among the ranks with the same
+/// local index, over the whole buffer, in place, finalized. The L groups of step (2) run the same
+/// reduction side by side, so each host link carries L times the flat level's bytes: this form
+/// suits the small messages these schedules are chosen for (two rounds of latency instead of
+/// three). Results are bitwise identical on every rank as long as `Intra` gives every rank of the
+/// host the same bits (all of gsync's schedules do).
+///
 /// Needs every host to run the same number of ranks (topology::uniform()); otherwise, and when
 /// there is only one host or one rank per host, it runs the flat schedule of the level that exists
 /// (Intra on one host, Inter across single-rank hosts, the ring for irregular placements).
 ///
-/// Requirements on `Intra`: static `reduce_scatter_phase(p, final)` leaving group rank i the chunk
-/// `owned_chunk(p)` of `ring_layout`-style chunking, and `allgather_phase(p)` that distributes
-/// owned chunks (the ring provides both). `Inter`: any allreduce algorithm.
+/// Requirements: `Intra` and `Inter` are allreduce schedules (any pair). An `Intra` that also has
+/// `phased_schedule`'s reduce-scatter and allgather phases (the ring) runs the three-level form.
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
@@ -48,8 +58,20 @@
 
 namespace gsync::algo {
 
+/// A schedule with separate phases, as the ring has them: `reduce_scatter_phase(g, final)` leaves
+/// group rank i the chunk `owned_chunk(g)` (combined over the group, finalized when `final`), and
+/// `allgather_phase(g)` distributes the owned chunks to every group rank.
+/// \tparam A the algorithm policy; \tparam G the primitives type it runs over.
+template <class A, class G>
+concept phased_schedule = requires(G& g, const G& cg) {
+  A::reduce_scatter_phase(g, false);
+  { A::owned_chunk(cg) } -> std::same_as<range>;
+  A::allgather_phase(g);
+};
+
 /// Hierarchical algorithm policy.
-/// \tparam Intra schedule inside a host (reduce-scatter and allgather phases; default the ring).
+/// \tparam Intra allreduce schedule inside a host (default the ring; one with reduce-scatter and
+///         allgather phases runs the three-level form, any other the two-level form).
 /// \tparam Inter allreduce schedule across hosts (default the ring).
 template <class Intra = ring, class Inter = ring>
 struct hierarchical {
@@ -68,10 +90,26 @@ struct hierarchical {
     if (hosts == 1) return Intra::allreduce(p);
     if (local == 1) return Inter::allreduce(p);
     const int li = t.local_index(r), h = t.host_of(r);
+    if constexpr (std::is_same_v<Intra, ring> && std::is_same_v<Inter, ring>) sliced_ring(p, t, li, h);
+    else if constexpr (phased_schedule<Intra, group_primitives<P>>) three_level(p, t, li, h);
+    else two_level(p, t, li, h);
+  }
+
+  /// Number of slices the sliced schedule cuts `count` elements into, with `local` ranks per host
+  /// and segments of `segment_elems`: one per `local` segments, at least 1 and at most 16.
+  static constexpr std::size_t slices(std::size_t count, int local, std::size_t segment_elems) noexcept {
+    const std::size_t unit = static_cast<std::size_t>(local) * std::max<std::size_t>(1, segment_elems);
+    return std::clamp<std::size_t>(count / unit, 1, max_slices);
+  }
+
+ private:
+  static constexpr std::size_t max_slices = 16;
+
+  // The plain three-level schedule (see file comment): `li`, this rank's index on its host, `h`
+  // its host.
+  template <class P>
+  static void three_level(P& p, const topology& t, int li, int h) {
     const auto& mates = t.ranks_on(h);
-    if constexpr (std::is_same_v<Intra, ring> && std::is_same_v<Inter, ring>) {
-      return sliced_ring(p, t, li, h);
-    }
     group_primitives<P> intra(p, mates, li, 0, p.count(), /*on_output=*/false, /*allow_final=*/false);
     Intra::reduce_scatter_phase(intra, /*final=*/false);
     const range mine = Intra::owned_chunk(intra);
@@ -84,15 +122,15 @@ struct hierarchical {
     p.finish();
   }
 
-  /// Number of slices the sliced schedule cuts `count` elements into, with `local` ranks per host
-  /// and segments of `segment_elems`: one per `local` segments, at least 1 and at most 16.
-  static constexpr std::size_t slices(std::size_t count, int local, std::size_t segment_elems) noexcept {
-    const std::size_t unit = static_cast<std::size_t>(local) * std::max<std::size_t>(1, segment_elems);
-    return std::clamp<std::size_t>(count / unit, 1, max_slices);
+  // The two-level schedule for an unphased `Intra` (see file comment).
+  template <class P>
+  static void two_level(P& p, const topology& t, int li, int h) {
+    group_primitives<P> intra(p, t.ranks_on(h), li, 0, p.count(), /*on_output=*/false, /*allow_final=*/false);
+    Intra::allreduce(intra);
+    group_primitives<P> inter(p, t.cross(li), h, 0, p.count(), /*on_output=*/true, /*allow_final=*/true);
+    Inter::allreduce(inter);
+    p.finish();
   }
-
- private:
-  static constexpr std::size_t max_slices = 16;
 
   // The sliced ring-in-ring schedule (see file comment). `li`: this rank's index on its host,
   // `h`: its host; the inter-host ring runs among the ranks t.cross(li), indexed by host.

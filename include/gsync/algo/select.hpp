@@ -207,6 +207,78 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
   return 0.0;
 }
 
+/// Estimated time in microseconds of flat allreduce algorithm `id` on `bytes` when the ranks are
+/// placed as `t` (several hosts). A step that stays inside every host costs what `intra` says; a
+/// step in which some ranks send to other hosts costs `inter`'s per-message time plus the bytes
+/// of all the ranks of the busiest host that cross at once, since they share its link
+/// (topology::xor_load, fold_load, ring_load, all_to_all_load). With one rank per host every
+/// step crosses with one sender, and this is `estimate_us` with `inter`.
+/// - ring: (2(N-1) + Sr - 1) alpha' + 2(N-1)/N s beta x ring_load (the crossing hops set the pace),
+///   where alpha' is the larger of the two models' alphas when hosts run several ranks (a
+///   pipelined step waits for its slowest hop), else inter's;
+/// - recursive_doubling: per step k (partner r XOR 2^k) one whole-buffer hop, priced by its load,
+///   q times alpha for q scratch-sized pieces; the fold's two hops by fold_load;
+/// - halving_doubling: per core step of distance d, two hops (halving and doubling) of the share
+///   s/2^(i+1) exchanged there, priced by d's load, bandwidth x hd_step_penalty; the fold as above;
+/// - direct: q (N-1) alpha' + all_to_all_load s inter beta;
+/// - tree: `estimate_us` with inter's beta and alpha' (its crossings are not modelled: every hop
+///   is priced as one that crosses).
+inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra,
+                                 const cost_model& inter) noexcept {
+  const int world = t.world();
+  if (world <= 1) return 0.0;
+  const double s = static_cast<double>(bytes), N = world;
+  const unsigned un = static_cast<unsigned>(world);
+  const double P = static_cast<double>(std::bit_floor(un));
+  const int steps = std::bit_width(std::bit_floor(un)) - 1;
+  const bool fold = !std::has_single_bit(un);
+  const auto pieces = [](double total, std::size_t unit) {
+    const double u = static_cast<double>(unit == 0 ? 1 : unit);
+    const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
+    return q < 1 ? 1.0 : q;
+  };
+  const double g = inter.gamma_us_per_byte;
+  // A pipelined step (ring, tree) or a round of messages (direct) that mixes hops inside and
+  // across hosts waits for the slower kind of hop.
+  cost_model mixed = inter;
+  if (t.ranks_per_host() > 1) mixed.alpha_us = std::max(inter.alpha_us, intra.alpha_us);
+  // One hop of `b` bytes with `load` senders of a host crossing at once (0: inside the hosts);
+  // `q` messages, bandwidth term times `pen`.
+  const auto hop = [&](int load, double b, double q, double pen) {
+    return load > 0 ? q * inter.alpha_us + pen * load * b * inter.beta_us_per_byte : q * intra.alpha_us + pen * b * intra.beta_us_per_byte;
+  };
+  switch (id) {
+    case allreduce_id::ring: {
+      const double Sr = pieces(s / N, inter.segment_bytes);
+      return (2 * (N - 1) + Sr - 1) * mixed.alpha_us + 2 * (N - 1) / N * s * inter.beta_us_per_byte * std::max(1, t.ring_load()) +
+             (N - 1) / N * s * g;
+    }
+    case allreduce_id::recursive_doubling: {
+      const double q = pieces(s, inter.scratch_bytes);
+      double c = 0;
+      for (int k = 0; k < steps; ++k) c += hop(t.xor_load(k), s, q, 1.0);
+      if (fold) c += 2 * hop(t.fold_load(), s, q, 1.0);
+      return c + (steps + (fold ? 1 : 0)) * s * g;
+    }
+    case allreduce_id::halving_doubling: {
+      double c = 0, share = s;
+      for (int i = 0; i < steps; ++i) {
+        share /= 2;  // exchanged at the step of distance P / 2^(i+1)
+        c += 2 * hop(t.xor_load(steps - 1 - i), share, 1.0, hd_step_penalty);
+      }
+      if (fold) c += 2 * hop(t.fold_load(), s, 1.0, hd_step_penalty);
+      return c + ((P - 1) / P + (fold ? 1 : 0)) * s * g;
+    }
+    case allreduce_id::direct: {
+      const double q = pieces(s, inter.scratch_bytes);
+      return q * (N - 1) * mixed.alpha_us + static_cast<double>(t.all_to_all_load()) * s * inter.beta_us_per_byte + (N - 1) * s * g;
+    }
+    case allreduce_id::tree:
+    case allreduce_id::hierarchical: break;
+  }
+  return estimate_us(id, bytes, world, mixed);
+}
+
 /// Estimated time of the hierarchical schedule on `hosts` hosts of `local` ranks each: the ring
 /// reduce-scatter and allgather inside a host (model `intra`, s bytes over L ranks), plus the ring
 /// allreduce of s/L bytes across the H hosts (model `inter`), where the L cross-host allreduces of
@@ -266,8 +338,9 @@ struct choice {
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
 /// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
 /// `cost_model`. Allocation-free (five closed-form estimates).
-/// With `topo` spanning several hosts, the flat schedules are costed with the network model
-/// (`net`, else `network_of(*topo)`) and, when every host runs the same number of ranks (more than
+/// With `topo` spanning several hosts, the flat schedules are costed on that placement
+/// (`estimate_placed_us`: the network model, `net` else `network_of(*topo)`, for steps that cross
+/// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and, when every host runs the same number of ranks (more than
 /// one), compared with the hierarchical one. `segment_bytes` (the communicator's, when given)
 /// replaces the models' pipelining unit, which sets the ring's segments and the hierarchical
 /// schedule's slice count as the schedules will run them.
@@ -283,7 +356,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
   double best_us = 0, second_us = 0;
   bool have_best = false, have_second = false;
   for (allreduce_id id : all_allreduce_ids) {  // ties keep the earlier entry of the list
-    const double t = estimate_us(id, bytes, world, m);
+    const double t = multi_host ? estimate_placed_us(id, bytes, *topo, intra, network) : estimate_us(id, bytes, world, m);
     if (!have_best || t < best_us) {
       if (have_best) second = best, second_us = best_us, have_second = true;
       best = id, best_us = t, have_best = true;

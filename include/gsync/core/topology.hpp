@@ -33,6 +33,7 @@ class topology {
       for (const auto& m : members_)
         for (std::size_t i = 0; i < m.size(); ++i) cross_[i].push_back(m[i]);
     }
+    link_loads();
   }
   /// Every one of `world` ranks on one host.
   static topology single_host(int world) { return topology(std::vector<int>(static_cast<std::size_t>(world), 0)); }
@@ -79,6 +80,24 @@ class topology {
     for (const auto& g : members_) m = std::max(m, g.size());
     return static_cast<int>(m);
   }
+  /// Link sharing of the flat schedules (what the cost model needs to price a flat schedule on
+  /// this placement). Each is the largest number, over hosts, of the host's ranks that send to a
+  /// rank on another host in the same step; 0 when the step stays inside every host.
+  /// - `xor_load(k)`: ranks r < P (P = the largest power of two <= world) paired with r XOR 2^k,
+  ///   the steps of recursive doubling and halving-doubling;
+  /// - `fold_load()`: the fold of those schedules, rank r >= P with r - P (either direction);
+  /// - `ring_load()`: each rank r sending to r + 1 (mod world).
+  int xor_load(int k) const { return k >= 0 && k < static_cast<int>(xor_load_.size()) ? xor_load_[static_cast<std::size_t>(k)] : 0; }
+  int fold_load() const noexcept { return fold_load_; }  ///< see xor_load
+  int ring_load() const noexcept { return ring_load_; }  ///< see xor_load
+  /// The most senders a host has towards ranks on other hosts when every rank sends to every
+  /// other (the direct schedule): max over hosts of L_h (world - L_h).
+  long long all_to_all_load() const noexcept {
+    long long m = 0;
+    for (const auto& g : members_) m = std::max(m, static_cast<long long>(g.size()) * static_cast<long long>(world() - static_cast<int>(g.size())));
+    return m;
+  }
+
   /// Cost of the links between hosts, when the transport measured it or the user gave it (see
   /// core/links.hpp); identical on every rank. Empty: one host, or a transport that cannot tell.
   const std::optional<link_estimate>& links() const noexcept { return links_; }
@@ -86,10 +105,33 @@ class topology {
   void set_links(const link_estimate& l) { links_ = l; }
 
  private:
+  // Computes xor_load_, fold_load_ and ring_load_ (see xor_load), once.
+  void link_loads() {
+    const int n = world();
+    if (n <= 1 || hosts() <= 1) return;
+    std::vector<int> count(static_cast<std::size_t>(hosts()));
+    auto load = [&](auto&& sends_across) {  // max over hosts of the ranks r with sends_across(r)
+      std::fill(count.begin(), count.end(), 0);
+      int m = 0;
+      for (int r = 0; r < n; ++r)
+        if (sends_across(r)) m = std::max(m, ++count[static_cast<std::size_t>(host_of(r))]);
+      return m;
+    };
+    int pow2 = 1;
+    while (pow2 * 2 <= n) pow2 *= 2;
+    for (int d = 1; d < pow2; d <<= 1) xor_load_.push_back(load([&](int r) { return r < pow2 && host_of(r ^ d) != host_of(r); }));
+    const int extra = n - pow2;
+    fold_load_ = std::max(load([&](int r) { return r >= pow2 && host_of(r - pow2) != host_of(r); }),
+                          load([&](int r) { return r < extra && host_of(r + pow2) != host_of(r); }));
+    ring_load_ = load([&](int r) { return host_of((r + 1) % n) != host_of(r); });
+  }
+
   std::vector<int> host_of_;
   std::vector<std::vector<int>> members_;
   std::vector<std::vector<int>> cross_;
   std::optional<link_estimate> links_;
+  std::vector<int> xor_load_;
+  int fold_load_ = 0, ring_load_ = 0;
 };
 
 }  // namespace gsync
