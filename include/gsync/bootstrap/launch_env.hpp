@@ -74,7 +74,9 @@ struct launch_info {
   }
 
  private:
-  // A port in [30000, 60000) from the Open MPI job identity (same on every rank of the job).
+  // A port in [20000, 32768) from the Open MPI job identity (same on every rank of the job): below
+  // Linux's default range of ephemeral ports (32768-60999), so that a connection another program
+  // happens to have open on this host does not hold the store's port.
   static std::uint16_t derived_port() {
     std::string id;
     for (const char* v : {"OMPI_MCA_orte_precondition_transports", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
@@ -82,7 +84,7 @@ struct launch_info {
     if (id.empty()) return 29500;
     std::uint32_t h = 2166136261u;  // FNV-1a
     for (unsigned char ch : id) h = (h ^ ch) * 16777619u;
-    return static_cast<std::uint16_t>(30000 + h % 30000);
+    return static_cast<std::uint16_t>(20000 + h % 12768);
   }
 };
 

@@ -28,8 +28,8 @@
 /// ring (N - 1 hops of 32 bytes), so every rank derives the same estimate from the same numbers
 /// and makes the same choices.
 ///
-/// The fit: beta is the slope between the 64 KiB and 1 MiB steps, alpha the 64 KiB step less its
-/// bytes, kept between a quarter of the 8-byte step and the whole of it. The intercept is the
+/// The fit (`fit_links`): beta is the slope between the 64 KiB and 1 MiB steps, or between the
+/// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and the whole of it. The intercept is the
 /// per-message cost the mid-size schedules pay, where the crossovers between them fall, and it can
 /// be well below the 8-byte step: measured on 4 fake hosts at 1 Gbit/s, 8-byte steps take 40-190 us
 /// but halving-doubling, with twice recursive doubling's messages, is already as fast at 16 KiB,
@@ -69,6 +69,24 @@ struct probe_result {
 
 /// Message sizes of the two bandwidth passes.
 inline constexpr std::size_t probe_mid_bytes = std::size_t{64} << 10, probe_big_bytes = std::size_t{1} << 20;
+
+/// The fit (see the file comment) of the slowest rank's step times `small_us`, `mid_us` and
+/// `big_us` (steps of 8 B, probe_mid_bytes and probe_big_bytes). beta is the slower of two slopes:
+/// 64 KiB to 1 MiB, and 8 B to 1 MiB. The first alone can be far too fast: on 2 fake hosts x 4
+/// ranks (8 ranks on 2 cores) the 64 KiB step took 3.6 ms, 7x its bytes' time, while 8 B took
+/// 0.13 ms and 1 MiB 8.7 ms, which made 1 Gbit/s links look like 1.57 Gbit/s; the wider slope gave
+/// 0.98. alpha is the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and
+/// the whole of it, and at least 1 us; beta is at least 8e-8 us per byte (100 Tbit/s).
+inline link_estimate fit_links(double small_us, double mid_us, double big_us) noexcept {
+  const double mid_slope = (big_us - mid_us) / static_cast<double>(probe_big_bytes - probe_mid_bytes);
+  const double wide_slope = (big_us - small_us) / static_cast<double>(probe_big_bytes - 8);
+  link_estimate l;
+  l.beta_us_per_byte = std::max({8e-8, mid_slope, wide_slope});
+  const double intercept = mid_us - l.beta_us_per_byte * static_cast<double>(probe_mid_bytes);
+  l.alpha_us = std::max(1.0, std::clamp(intercept, small_us / 4, small_us));
+  l.measured = true;
+  return l;
+}
 
 /// Runs the probe on transport endpoint `x` (every rank of the job must call it, after the
 /// connections are up); every wait ends by `dl`. Errors are the transport's (timeout, peer_lost,
@@ -133,10 +151,9 @@ probe_result probe_links(X& x, deadline dl) {
   r.intra_step_us = t[3];
   if (intra) r.links.intra_alpha_us = std::max(1.0, t[3]);
   // Floors keep a noisy run from producing a free network: 100 Tbit/s, 1 us per message.
-  const double beta = std::max(8e-8, (t[2] - t[1]) / static_cast<double>(probe_big_bytes - probe_mid_bytes));
-  r.links.beta_us_per_byte = beta;
-  const double intercept = t[1] - beta * static_cast<double>(probe_mid_bytes);
-  r.links.alpha_us = std::max(1.0, std::clamp(intercept, t[0] / 4, t[0]));
+  const link_estimate fit = fit_links(t[0], t[1], t[2]);
+  r.links.beta_us_per_byte = fit.beta_us_per_byte;
+  r.links.alpha_us = fit.alpha_us;
   r.links.measured = true;
   return r;
 }
