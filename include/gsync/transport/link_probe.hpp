@@ -10,10 +10,14 @@
 /// uses (its hops between hosts are its slowest). In one pass every rank sends a message to its
 /// right neighbour and receives one from its left, `steps` times in a row, posting each send as
 /// soon as the previous receive has completed, so that the steps go around the ring in lockstep as
-/// the ring allreduce's do. A pass is timed from its first receive to its last, which leaves out
-/// the ranks' skew on entry and the first burst an idle link lets through above its rate (a switch
-/// buffer, a token bucket). Passes of 8 B, 1 MiB and 64 KiB steps run three times each (the 64 KiB
-/// pass right after the 1 MiB one, so that it starts on a link with no credit left), and each rank
+/// the ring allreduce's do. Every timed pass starts after an untimed pass of N 8-byte steps, after
+/// which every rank is known to have entered: without it a rank that left the previous pass early
+/// timed the wait for the late ones too (on 2 fake hosts x 4 ranks a 64 KiB pass that followed the
+/// 1 MiB one came out at 3.6 ms a step instead of 0.5, and an 8-byte step inside a host at 100 us
+/// instead of 15-25). A pass is timed from its first receive to its last, which also leaves out the
+/// first burst an idle link lets through above its rate (a switch buffer, a token bucket); the
+/// 64 KiB pass skips two steps, which spend the credit the links saved during the untimed pass.
+/// Passes of 8 B, 1 MiB and 64 KiB steps run three times each, and each rank
 /// keeps the fastest pass of each size: on a busy host a wake-up is now and then late by
 /// milliseconds (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 40-190 us, and
 /// single steps of 5 ms), which a mean over a few steps cannot absorb; and a median of single steps
@@ -29,7 +33,8 @@
 /// and makes the same choices.
 ///
 /// The fit (`fit_links`): beta is the slope between the 64 KiB and 1 MiB steps, or between the
-/// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and the whole of it. The intercept is the
+/// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between a
+/// quarter of the 8-byte step and the whole of it. The intercept is the
 /// per-message cost the mid-size schedules pay, where the crossovers between them fall, and it can
 /// be well below the 8-byte step: measured on 4 fake hosts at 1 Gbit/s, 8-byte steps take 40-190 us
 /// but halving-doubling, with twice recursive doubling's messages, is already as fast at 16 KiB,
@@ -39,7 +44,7 @@
 /// the intercept near zero (seen in about one probe in five), which would make the ring look cheapest
 /// for kilobyte messages; the floor keeps the latency-bound schedules there.
 ///
-/// Cost: about 65 + N hops and 11 MiB through each rank's link (about 100 ms on 1 Gbit/s links).
+/// Cost: about 70 + 13 N hops and 11 MiB through each rank's link (about 100 ms on 1 Gbit/s links).
 /// The messages carry `probe_tag` and sequence number 0: no operation number of the user's is
 /// consumed, and a rank that does not probe while its peers do (ranks given different settings)
 /// fails with errc::mismatch naming both sides' calls rather than mixing the bytes up.
@@ -72,10 +77,10 @@ inline constexpr std::size_t probe_mid_bytes = std::size_t{64} << 10, probe_big_
 
 /// The fit (see the file comment) of the slowest rank's step times `small_us`, `mid_us` and
 /// `big_us` (steps of 8 B, probe_mid_bytes and probe_big_bytes). beta is the slower of two slopes:
-/// 64 KiB to 1 MiB, and 8 B to 1 MiB. The first alone can be far too fast: on 2 fake hosts x 4
-/// ranks (8 ranks on 2 cores) the 64 KiB step took 3.6 ms, 7x its bytes' time, while 8 B took
-/// 0.13 ms and 1 MiB 8.7 ms, which made 1 Gbit/s links look like 1.57 Gbit/s; the wider slope gave
-/// 0.98. alpha is the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and
+/// 64 KiB to 1 MiB, and 8 B to 1 MiB. The first alone is far too fast when the 64 KiB step comes
+/// out slow: on 2 fake hosts x 4 ranks, before the passes were aligned, it took 3.6 ms (7x its
+/// bytes' time) while 8 B took 0.13 ms and 1 MiB 8.7 ms, which made 1 Gbit/s links look like
+/// 1.57 Gbit/s; the wider slope gave 0.98. alpha is the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and
 /// the whole of it, and at least 1 us; beta is at least 8e-8 us per byte (100 Tbit/s).
 inline link_estimate fit_links(double small_us, double mid_us, double big_us) noexcept {
   const double mid_slope = (big_us - mid_us) / static_cast<double>(probe_big_bytes - probe_mid_bytes);
@@ -103,19 +108,22 @@ probe_result probe_links(X& x, deadline dl) {
   std::memset(out.get(), 0, probe_big_bytes);
   const message_id id{probe_tag, 0, fingerprint{}};
   // One pass: `steps` ring steps of `bytes` (to `to`, from `from`); returns the mean time of the
-  // steps after the first.
-  const auto pass_on = [&](int to, int from, std::size_t bytes, int steps) {
+  // steps after the first `skip` (timed from the skip-th receive to the last).
+  const auto pass_on = [&](int to, int from, std::size_t bytes, int steps, int skip = 1) {
     clock::time_point first{};
     for (int k = 0; k < steps; ++k) {
       x.post_send(to, id, out.get(), bytes);
       x.recv(from, id, in.get(), bytes, dl);
-      if (k == 0) first = clock::now();
+      if (k == skip - 1) first = clock::now();
     }
     const double us = std::chrono::duration<double, std::micro>(clock::now() - first).count();
     x.flush_sends(dl);
-    return us / (steps - 1);
+    return us / (steps - skip);
   };
   const auto pass = [&](std::size_t bytes, int steps) { return pass_on(right, left, bytes, steps); };
+  // Untimed 8-byte steps around the whole ring: a rank's k-th receive comes after the k ranks to
+  // its left have entered, so after n steps every rank has, and the next pass starts in step.
+  const auto align = [&] { pass_on(right, left, 8, n); };
   // The host's own ring, when hosts run L > 1 ranks each (the same placement on every rank).
   const topology& tp = x.topo();
   const bool intra = tp.hosts() > 1 && tp.uniform() && tp.world() == n && tp.ranks_per_host() > 1;
@@ -128,12 +136,17 @@ probe_result probe_links(X& x, deadline dl) {
   }
   constexpr double inf = 1e300;
   double t[4] = {inf, inf, inf, intra ? inf : 0.0};  // 8 B, 64 KiB, 1 MiB, 8 B inside the host: the fastest pass of each
-  pass(8, 2);  // the ranks enter at different times: this brings them into step
   for (int i = 0; i < runs; ++i) {
+    align();
     t[0] = std::min(t[0], pass(8, 12));
+    align();
     t[2] = std::min(t[2], pass(probe_big_bytes, 3));
-    t[1] = std::min(t[1], pass(probe_mid_bytes, 6));
-    if (intra) t[3] = std::min(t[3], pass_on(mate_right, mate_left, 8, 12));
+    align();  // two untimed steps spend the credit the links saved meanwhile
+    t[1] = std::min(t[1], pass_on(right, left, probe_mid_bytes, 8, 3));
+    if (intra) {
+      align();
+      t[3] = std::min(t[3], pass_on(mate_right, mate_left, 8, 12));
+    }
   }
   // Agree on the slowest rank's numbers: after k hops each rank holds the maximum over itself and
   // the k ranks to its left.
