@@ -197,7 +197,7 @@ TEST_CASE("topology: how many ranks of a host cross to other hosts in each step 
   CHECK(one.ring_load() == 0);
 }
 
-TEST_CASE("placed cost model: one rank per host is the flat network model; ranks of a host share its link") {
+TEST_CASE("placed cost model: one rank per host is the flat network model, and ranks of a host share its link") {
   using namespace gsync::algo;
   gsync::link_estimate l;
   l.alpha_us = 100;
