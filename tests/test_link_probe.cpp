@@ -178,16 +178,21 @@ TEST_CASE("link probe fit: the slower of the two slopes, alpha kept within the 8
   // 4 fake hosts x 1 rank at 1 Gbit/s (measured): both slopes agree, about 0.96 Gbit/s.
   const gsync::link_estimate a = fit_links(104.6, 625.4, 8832.6);
   CHECK(a.gbps() == doctest::Approx(0.958).epsilon(0.01));
-  CHECK(a.alpha_us == doctest::Approx(625.4 - a.beta_us_per_byte * 65536));
+  CHECK(a.alpha_us == doctest::Approx(625.4 - a.beta_us_per_byte * 65536));  // 78 us: within [52.3, 104.6]
   CHECK(a.measured);
   // 2 fake hosts x 4 ranks (measured): the 64 KiB step took 3.7 ms; 64 KiB -> 1 MiB alone would
   // say 1.57 Gbit/s, 8 B -> 1 MiB says 0.98.
   const gsync::link_estimate b = fit_links(125.9, 3693.2, 8713.3);
   CHECK(b.gbps() == doctest::Approx(0.977).epsilon(0.01));
   CHECK(b.alpha_us == doctest::Approx(125.9));  // the intercept (3.2 ms) is clamped to the 8-byte step
-  // A 64 KiB step at its bytes' time (token-bucket credit): alpha floored at a quarter of 8 B.
+  // A 64 KiB step at its bytes' time (token-bucket credit): alpha floored at half of 8 B.
   const gsync::link_estimate c = fit_links(100, 500, 8400);
-  CHECK(c.alpha_us == doctest::Approx(25));
+  CHECK(c.alpha_us == doctest::Approx(50));
+  // In between: the intercept itself.
+  const gsync::link_estimate e = fit_links(100, 600, 8400);
+  CHECK(e.alpha_us == doctest::Approx(600 - e.beta_us_per_byte * 65536));
+  CHECK(e.alpha_us > 50);
+  CHECK(e.alpha_us < 100);
   // Nonsense times (a free network) stay at the floors.
   const gsync::link_estimate d = fit_links(0, 0, 0);
   CHECK(d.beta_us_per_byte == doctest::Approx(8e-8));

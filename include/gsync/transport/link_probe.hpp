@@ -33,16 +33,16 @@
 /// and makes the same choices.
 ///
 /// The fit (`fit_links`): beta is the slope between the 64 KiB and 1 MiB steps, or between the
-/// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between a
-/// quarter of the 8-byte step and the whole of it. The intercept is the
-/// per-message cost the mid-size schedules pay, where the crossovers between them fall, and it can
-/// be well below the 8-byte step: measured on 4 fake hosts at 1 Gbit/s, 8-byte steps take 40-190 us
-/// but halving-doubling, with twice recursive doubling's messages, is already as fast at 16 KiB,
-/// which puts the cost per message near 25 us. But it is the small difference of two large
-/// numbers: behind a token bucket (benchmarks/netcluster.sh's tbf) back-to-back messages spend
-/// the credit saved while the link waited, so the 64 KiB step can come out at its bytes' time and
-/// the intercept near zero (seen in about one probe in five), which would make the ring look cheapest
-/// for kilobyte messages; the floor keeps the latency-bound schedules there.
+/// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between
+/// half of the 8-byte step and the whole of it. The intercept is the per-message cost the mid-size
+/// schedules pay, where the crossovers between them fall, and it can be below the 8-byte step: on
+/// 4 fake hosts at 1 Gbit/s halving-doubling, with twice recursive doubling's messages, is about as
+/// fast at 16 KiB, which puts the cost per message near 25 us. But it is the small difference of two
+/// large numbers, and a 64 KiB step's receiver wakes while its bytes still arrive: with aligned
+/// passes the 8-byte step came out at 35-55 us and the intercept at 7-14 us, which made
+/// halving-doubling the choice at 8 KiB on 4 and 8 fake hosts, where it ran 0.66-0.86x Open MPI
+/// (recursive doubling had run 1.39x there on 4 hosts). The floor of half an 8-byte step keeps the
+/// latency-bound schedules there.
 ///
 /// Cost: about 70 + 13 N hops and 11 MiB through each rank's link (about 100 ms on 1 Gbit/s links).
 /// The messages carry `probe_tag` and sequence number 0: no operation number of the user's is
@@ -80,15 +80,16 @@ inline constexpr std::size_t probe_mid_bytes = std::size_t{64} << 10, probe_big_
 /// 64 KiB to 1 MiB, and 8 B to 1 MiB. The first alone is far too fast when the 64 KiB step comes
 /// out slow: on 2 fake hosts x 4 ranks, before the passes were aligned, it took 3.6 ms (7x its
 /// bytes' time) while 8 B took 0.13 ms and 1 MiB 8.7 ms, which made 1 Gbit/s links look like
-/// 1.57 Gbit/s; the wider slope gave 0.98. alpha is the 64 KiB step less its bytes, kept between a quarter of the 8-byte step and
-/// the whole of it, and at least 1 us; beta is at least 8e-8 us per byte (100 Tbit/s).
+/// 1.57 Gbit/s; the wider slope gave 0.98. alpha is the 64 KiB step less its bytes, kept between
+/// half of the 8-byte step and the whole of it, and at least 1 us; beta is at least 8e-8 us per
+/// byte (100 Tbit/s).
 inline link_estimate fit_links(double small_us, double mid_us, double big_us) noexcept {
   const double mid_slope = (big_us - mid_us) / static_cast<double>(probe_big_bytes - probe_mid_bytes);
   const double wide_slope = (big_us - small_us) / static_cast<double>(probe_big_bytes - 8);
   link_estimate l;
   l.beta_us_per_byte = std::max({8e-8, mid_slope, wide_slope});
   const double intercept = mid_us - l.beta_us_per_byte * static_cast<double>(probe_mid_bytes);
-  l.alpha_us = std::max(1.0, std::clamp(intercept, small_us / 4, small_us));
+  l.alpha_us = std::max(1.0, std::clamp(intercept, small_us / 2, small_us));
   l.measured = true;
   return l;
 }
