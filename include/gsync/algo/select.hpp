@@ -340,8 +340,9 @@ struct choice {
 /// `cost_model`. Allocation-free (five closed-form estimates).
 /// With `topo` spanning several hosts, the flat schedules are costed on that placement
 /// (`estimate_placed_us`: the network model, `net` else `network_of(*topo)`, for steps that cross
-/// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and, when every host runs the same number of ranks (more than
-/// one), compared with the hierarchical one. `segment_bytes` (the communicator's, when given)
+/// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and,
+/// when every host runs the same number of ranks (more than one), compared with the hierarchical
+/// one. `segment_bytes` (the communicator's, when given)
 /// replaces the models' pipelining unit, which sets the ring's segments and the hierarchical
 /// schedule's slice count as the schedules will run them.
 inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
