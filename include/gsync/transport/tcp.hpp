@@ -286,7 +286,10 @@ class tcp {
       aborted_.store(true, std::memory_order_release);
     }
     try {
-      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      // The reason goes to the store before the peers are woken below, so that they report it:
+      // 3 s for a fresh connection (1 s was too short on a loaded machine under a sanitizer: the
+      // peers then reported a lost rank without the reason).
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(3);
       bootstrap::store_client sc(master_addr_, master_port_, d, key_);
       sc.set(failed_key(rank_), failure_record(errc::aborted, why), d);
     } catch (...) {
