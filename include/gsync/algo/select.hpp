@@ -151,6 +151,15 @@ inline cost_model network_of(const topology& topo) {
 /// factor on halving-doubling's bandwidth term stands for that lost overlap.
 inline constexpr double hd_step_penalty = 1.1;
 
+namespace detail {
+/// How many pieces of `unit` bytes (0 counts as 1) `total` bytes take: at least 1.
+constexpr double pieces(double total, std::size_t unit) noexcept {
+  const double u = static_cast<double>(unit == 0 ? 1 : unit);
+  const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
+  return q < 1 ? 1.0 : q;
+}
+}  // namespace detail
+
 /// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks.
 ///
 /// With s = bytes, N = world, P = largest power of two <= N, L = log2 P, f = 1 when N != P (else 0),
@@ -178,29 +187,24 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
   const double L = std::bit_width(std::bit_floor(un)) - 1;
   const double f = std::has_single_bit(un) ? 0.0 : 1.0;
   const double H = std::bit_width(un) - 1;
-  const auto pieces = [](double total, std::size_t unit) {
-    const double u = static_cast<double>(unit == 0 ? 1 : unit);
-    const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
-    return q < 1 ? 1.0 : q;
-  };
   const double a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
   switch (id) {
     case allreduce_id::ring: {
-      const double Sr = pieces(s / N, m.segment_bytes);
+      const double Sr = detail::pieces(s / N, m.segment_bytes);
       return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
     }
     case allreduce_id::recursive_doubling:
-      return pieces(s, m.scratch_bytes) * (L + 2 * f) * a + (L + 2 * f) * s * b + (L + f) * s * g;
+      return detail::pieces(s, m.scratch_bytes) * (L + 2 * f) * a + (L + 2 * f) * s * b + (L + f) * s * g;
     case allreduce_id::halving_doubling:  // bandwidth term x hd_step_penalty: see cost_model
       return (2 * L + 2 * f) * a + hd_step_penalty * (2 * (P - 1) / P + 2 * f) * s * b + ((P - 1) / P + f) * s * g;
     case allreduce_id::tree: {
-      const double St = pieces(s / 2, m.segment_bytes);
+      const double St = detail::pieces(s / 2, m.segment_bytes);
       return 2 * (2 * H + St - 1) * a + (2 * s + 2 * H * s / (2 * St)) * b + s * g;
     }
     case allreduce_id::direct:
-      return pieces(s, m.scratch_bytes) * (N - 1) * a + (N - 1) * s * b + (N - 1) * s * g;
+      return detail::pieces(s, m.scratch_bytes) * (N - 1) * a + (N - 1) * s * b + (N - 1) * s * g;
     case allreduce_id::hierarchical: {  // without a placement: one host, the intra-host ring
-      const double Sr = pieces(s / N, m.segment_bytes);
+      const double Sr = detail::pieces(s / N, m.segment_bytes);
       return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
     }
   }
@@ -232,11 +236,6 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
   const double P = static_cast<double>(std::bit_floor(un));
   const int steps = std::bit_width(std::bit_floor(un)) - 1;
   const bool fold = !std::has_single_bit(un);
-  const auto pieces = [](double total, std::size_t unit) {
-    const double u = static_cast<double>(unit == 0 ? 1 : unit);
-    const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
-    return q < 1 ? 1.0 : q;
-  };
   const double g = inter.gamma_us_per_byte;
   // A pipelined step (ring, tree) or a round of messages (direct) that mixes hops inside and
   // across hosts waits for the slower kind of hop.
@@ -249,12 +248,12 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
   };
   switch (id) {
     case allreduce_id::ring: {
-      const double Sr = pieces(s / N, inter.segment_bytes);
+      const double Sr = detail::pieces(s / N, inter.segment_bytes);
       return (2 * (N - 1) + Sr - 1) * mixed.alpha_us + 2 * (N - 1) / N * s * inter.beta_us_per_byte * std::max(1, t.ring_load()) +
              (N - 1) / N * s * g;
     }
     case allreduce_id::recursive_doubling: {
-      const double q = pieces(s, inter.scratch_bytes);
+      const double q = detail::pieces(s, inter.scratch_bytes);
       double c = 0;
       for (int k = 0; k < steps; ++k) c += hop(t.xor_load(k), s, q, 1.0);
       if (fold) c += 2 * hop(t.fold_load(), s, q, 1.0);
@@ -270,7 +269,7 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
       return c + ((P - 1) / P + (fold ? 1 : 0)) * s * g;
     }
     case allreduce_id::direct: {
-      const double q = pieces(s, inter.scratch_bytes);
+      const double q = detail::pieces(s, inter.scratch_bytes);
       return q * (N - 1) * mixed.alpha_us + static_cast<double>(t.all_to_all_load()) * s * inter.beta_us_per_byte + (N - 1) * s * g;
     }
     case allreduce_id::tree:
