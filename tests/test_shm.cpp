@@ -149,6 +149,26 @@ TEST_CASE("shm: GSYNC_SHM_DISABLE=1 keeps same-host ranks on TCP") {
   CHECK(tcp == 3);
 }
 
+TEST_CASE("tcp: GSYNC_TCP_YIELD_US (yield-polling waits for small messages) keeps results exact") {
+  ::setenv("GSYNC_SHM_DISABLE", "1", 1);
+  ::setenv("GSYNC_TCP_YIELD_US", "1000", 1);
+  errors errs;
+  std::atomic<int> tcp{0};
+  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
+    if (comm.transport().name() == "tcp") tcp++;
+    // 0 and 1000 floats: every wait is small enough to yield; 1 << 15 floats: the waits sleep.
+    for (std::size_t count : {std::size_t{0}, std::size_t{1000}, std::size_t{1} << 15}) {
+      errs.add("yield rd", check_allreduce<float, gsync::op::sum, gsync::algo::recursive_doubling>(comm, sync, count));
+      errs.add("yield ring", check_allreduce<float, gsync::op::max, gsync::algo::ring>(comm, sync, count));
+    }
+    gsync::barrier(comm);
+  }, cfg_with_timeout(30s));
+  ::unsetenv("GSYNC_TCP_YIELD_US");
+  ::unsetenv("GSYNC_SHM_DISABLE");
+  errs.report();
+  CHECK(tcp == 3);
+}
+
 TEST_CASE("shm: a rank that leaves is reported as peer_lost to the ranks waiting for it") {
   for (int leaver : {0, 2}) {
     std::atomic<int> lost{0}, other{0};

@@ -109,6 +109,20 @@ struct tcp_options {
   /// cores: a 64 B allreduce 1.1-1.8 ms without yielding against 1.2-5 ms with it, 256 KiB
   /// 2.2-2.5 against 3.1-5.6 ms; one host alone, 8 ranks, is the other way round: 70 against 200 us).
   int yield_us = -1;
+  /// Microseconds a wait for a small message from a TCP peer (at most `tcp_yield_bytes` still to
+  /// come) keeps polling the sockets, yielding the core between polls, before it sleeps in poll(2)
+  /// (GSYNC_TCP_YIELD_US; 0, the default: off). A sleeping rank pays a scheduler wake-up per
+  /// message; a yielding one (as Open MPI's progress loop does when oversubscribed) picks the
+  /// message up at its next poll, at the price of keeping a core busy. Larger messages always
+  /// sleep: while the link is the limit, busy ranks slow the kernel's network processing (16-32
+  /// KiB allreduces 15-20% slower). Off by default because it did not pay on the fake clusters of
+  /// benchmarks/netcluster.sh (all ranks sharing 2 cores; medians of 4-6 runs of 300 calls): 4
+  /// hosts x 1 rank, 8 B 44-58 us against 88-92 sleeping but 512 B-4 KiB within the noise of
+  /// +-30%; 8 hosts, 8 B 378 against 280 us; 2 hosts (not oversubscribed, 50 us spin first) 64
+  /// against 28 us, bimodal.
+  int tcp_yield_us = 0;
+  /// Largest message (payload bytes still to come) whose wait yields rather than sleeps.
+  std::size_t tcp_yield_bytes = 4096;
   /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
   bool shm = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
@@ -192,6 +206,7 @@ class tcp {
       staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
       if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
       if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
+      if (auto y = detail::env_int("GSYNC_TCP_YIELD_US", 0, 10000000)) opt_.tcp_yield_us = static_cast<int>(*y);
       // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
       // identities), or more when other "hosts" (containers, network namespaces) run on the same
       // kernel, as the fake hosts of benchmarks/netcluster.sh do.
@@ -205,7 +220,8 @@ class tcp {
       log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
                 std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
                 std::to_string(machine_ranks_) + " on this machine, spin " +
-                std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us)");
+                std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
+                std::to_string(opt_.tcp_yield_us) + " us)");
       if (topo_.hosts() > 1) {
         // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
         link_estimate links = detail::override_links({}, net_gbps, net_latency);
@@ -875,7 +891,7 @@ class tcp {
       if (r == 0) lost_while_receiving(peer, id, 0);
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) lost_while_receiving(peer, id, errno);
-      wait_progress(peer, dl, id);
+      wait_progress(peer, dl, id, n);
     }
     return got - sizeof h;
   }
@@ -897,7 +913,7 @@ class tcp {
       if (r == 0) lost_while_receiving(peer, id, 0);
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) lost_while_receiving(peer, id, errno);
-      wait_progress(peer, dl, id);
+      wait_progress(peer, dl, id, n);
     }
   }
 
@@ -911,8 +927,9 @@ class tcp {
 
   // Blocks until `in_peer` (if >= 0) has data, pumping every queue that can move. Sockets are
   // polled; shared-memory rings are checked between polls (see file comment). May return early
-  // (the caller re-checks and calls again).
-  void wait_progress(int in_peer, deadline dl, message_id id) {
+  // (the caller re-checks and calls again). `expect`: payload bytes still to come from in_peer
+  // for the pending read, when known.
+  void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX) {
     if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
     stall_check(in_peer, id, dl);
     cross_check(in_peer, id);
@@ -953,6 +970,15 @@ class tcp {
     if (opt_.spin_us > 0 || shm_wait) {  // short busy poll: a reply often comes within microseconds
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, shm_wait ? 20 : 0));
       do {
+        r = ::poll(pfds_.data(), pfds_.size(), 0);
+        if (r == 0 && shm_wait && shm_progress(in_peer)) return;
+      } while (r == 0 && std::chrono::steady_clock::now() < until);
+    }
+    if (r == 0 && sock_in && opt_.tcp_yield_us > 0 && expect <= opt_.tcp_yield_bytes) {
+      // A small message on its way: stay awake, giving the core to whoever runs (see tcp_options).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.tcp_yield_us);
+      do {
+        ::sched_yield();
         r = ::poll(pfds_.data(), pfds_.size(), 0);
         if (r == 0 && shm_wait && shm_progress(in_peer)) return;
       } while (r == 0 && std::chrono::steady_clock::now() < until);
