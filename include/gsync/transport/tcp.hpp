@@ -111,18 +111,22 @@ struct tcp_options {
   int yield_us = -1;
   /// Microseconds a wait for a small message from a TCP peer (at most `tcp_yield_bytes` still to
   /// come) keeps polling the sockets, yielding the core between polls, before it sleeps in poll(2)
-  /// (GSYNC_TCP_YIELD_US; 0, the default: off). A sleeping rank pays a scheduler wake-up per
-  /// message; a yielding one (as Open MPI's progress loop does when oversubscribed) picks the
-  /// message up at its next poll, at the price of keeping a core busy. Larger messages always
-  /// sleep: while the link is the limit, busy ranks slow the kernel's network processing (16-32
-  /// KiB allreduces 15-20% slower). Off by default because it did not pay on the fake clusters of
-  /// benchmarks/netcluster.sh (all ranks sharing 2 cores; medians of 4-6 runs of 300 calls): 4
-  /// hosts x 1 rank, 8 B 44-58 us against 88-92 sleeping but 512 B-4 KiB within the noise of
-  /// +-30%; 8 hosts, 8 B 378 against 280 us; 2 hosts (not oversubscribed, 50 us spin first) 64
-  /// against 28 us, bimodal.
-  int tcp_yield_us = 0;
+  /// (GSYNC_TCP_YIELD_US). A sleeping rank pays a scheduler wake-up per message, which on a host
+  /// running more ranks than cores is most of a small message's latency; a yielding one (as Open
+  /// MPI's progress loop does when oversubscribed, without a limit) picks the message up at its
+  /// next poll and leaves the core to whoever has work. -1: automatic, 50 us when this machine runs
+  /// more ranks than cores and this rank's peers are all over TCP, else 0 (with shared-memory
+  /// peers too, see `yield_us`; on a host with a core per rank the 50 us busy spin comes first).
+  /// Measured on the fake clusters of benchmarks/netcluster.sh (all ranks sharing 2 cores; medians
+  /// of 4-6 runs of 300 calls, which move +-30% from run to run): 4 hosts x 1 rank, 30-60 us of
+  /// yielding against sleeping: 8 B 51-69 against 78-86 us, 128 B 72-80 against 90, 512 B 75
+  /// against 95, 1 KiB 67-83 against 89, 2-4 KiB no gain (Open MPI 66-76 us up to 1 KiB); 8 hosts:
+  /// 8 B 228-235 against 250, 128 B 222-233 against 260 (Open MPI 182-211). A longer window lost on
+  /// 8 hosts (1 ms: 378 against 280 us at 8 B), and yielding while 16-32 KiB messages arrived cost
+  /// 15-20%: busy ranks slow the kernel's network processing while the link is the limit.
+  int tcp_yield_us = -1;
   /// Largest message (payload bytes still to come) whose wait yields rather than sleeps.
-  std::size_t tcp_yield_bytes = 4096;
+  std::size_t tcp_yield_bytes = 1024;
   /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
   bool shm = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
@@ -216,6 +220,7 @@ class tcp {
       if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
       const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
       if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
+      if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = machine_oversubscribed && nshm == 0 ? 50 : 0;
       name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
       log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
                 std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
