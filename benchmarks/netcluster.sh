@@ -381,7 +381,7 @@ tag_lines() {
 ended() {
   local stat
   [[ -r /proc/$1/stat ]] || return 0
-  stat=$(</proc/"$1"/stat) 2>/dev/null || return 0
+  read -r stat 2>/dev/null </proc/"$1"/stat || return 0
   stat=${stat##*) }
   [[ ${stat%% *} == Z ]]
 }
@@ -494,7 +494,7 @@ cmd_run() {
     local sig=$1 r p
     for ((r = 0; r < world; r++)); do
       [[ -n ${status[r]:-} ]] && continue
-      p=$(cat "$pid_dir/$r" 2>/dev/null) || continue
+      read -r p 2>/dev/null <"$pid_dir/$r" || continue
       kill "-$sig" -- "-$p" 2>/dev/null || kill "-$sig" "$p" 2>/dev/null || true
     done
   }
@@ -504,8 +504,14 @@ cmd_run() {
   # subshell notes when its program ended (microseconds, in $pid_dir/R.end), so that the job's
   # status is that of the rank that really failed first, even when the survivors' exits are seen
   # in the same round or the dead rank's output is still draining.
-  local running=$world fail_at='' start=$SECONDS termed=0 killed=0 timeout_us=''
-  local -a ended_us=()
+  # The loop shares the cores with the ranks (on the fake hosts, all of them), so it starts no
+  # process: files are read with `read`, the pause is a `read -t` on a pipe nobody writes
+  # (instead of sleep(1)), and the pause grows from 20 ms to 200 ms after the first second. With
+  # a `cat` per rank and a `sleep` every 50 ms, the launcher took 15% of the CPU time of an 8-rank
+  # small-message benchmark on 2 cores.
+  local running=$world fail_at='' start=$SECONDS termed=0 killed=0 timeout_us='' tick pause=0.02
+  local -a ended_us=() prog_pid=()
+  exec {tick}<> <(:)
   while ((running > 0)); do
     for ((r = 0; r < world; r++)); do
       [[ -n ${status[r]:-} ]] && continue
@@ -513,7 +519,7 @@ cmd_run() {
       local rc=0
       wait "${subs[r]}" || rc=$?
       status[r]=$rc
-      ended_us[r]=$(cat "$pid_dir/$r.end" 2>/dev/null || echo "${EPOCHREALTIME/./}")
+      read -r "ended_us[r]" 2>/dev/null <"$pid_dir/$r.end" || ended_us[r]=${EPOCHREALTIME/./}
       running=$((running - 1))
       if ((rc != 0)); then
         note "rank $r (host $((r / L))) exited with status $rc"
@@ -525,8 +531,12 @@ cmd_run() {
     # pipe open, so the rank's subshell cannot finish): TERM them after 1 s, KILL after 3 s.
     for ((r = 0; r < world; r++)); do
       [[ -n ${status[r]:-} ]] && continue
-      local p
-      p=$(cat "$pid_dir/$r" 2>/dev/null) || continue
+      local p=${prog_pid[r]:-}
+      if [[ -z $p ]]; then
+        read -r p 2>/dev/null <"$pid_dir/$r" || continue
+        [[ -n $p ]] || continue
+        prog_pid[r]=$p
+      fi
       [[ -e /proc/$p ]] && continue
       [[ -n ${gone_at[r]:-} ]] || gone_at[r]=$SECONDS
       if ((SECONDS - gone_at[r] >= 3)); then
@@ -550,8 +560,10 @@ cmd_run() {
         killed=1
       fi
     fi
-    sleep 0.05
+    ((SECONDS - start >= 1)) && pause=0.2
+    read -rt "$pause" -u "$tick" _ || true
   done
+  exec {tick}<&-
   # The first failure: the failed rank that ended earliest. Failures after the time limit fired
   # are its consequence, and the job's status is then 124 (as timeout(1)).
   local first_rc=0 first_rank=-1
