@@ -51,7 +51,9 @@ usage: benchmarks/cluster_bench.sh [options]     (as root, from the repository r
   --max SIZE          largest message, K/M/G suffixes (default 64M)
   --factor F          size step factor, 2 or 4 (default 2)
   --iters N           timed iterations for sizes 1 MiB .. 8 MiB (default 10)
-  --small-iters N     timed iterations below 1 MiB (default 50)
+  --tiny-iters N      timed iterations below 64 KiB (default 500: a call takes 0.1-1 ms on the fake
+                      hosts, and their timings swing +-30% run to run with fewer calls)
+  --small-iters N     timed iterations from 64 KiB to below 1 MiB (default 50)
   --large-iters N     timed iterations from 16 MiB (default 3; at 1 Gbit/s 64 MiB over 8 ranks is ~1 s each)
   --repeat R          run every benchmark R times (interleaved); the fastest run per size is kept (default 1)
   --build DIR         build directory with tools/gsync-perf, benchmarks/ompi_allreduce and
@@ -86,7 +88,7 @@ cmdline=$(quote_words benchmarks/cluster_bench.sh "$@")
 scenario=all
 hosts_a="4 8"
 rate=1000
-max='' factor='' iters='' small_iters='' large_iters='' iperf_secs='' # defaults depend on --quick
+max='' factor='' iters='' tiny_iters='' small_iters='' large_iters='' iperf_secs='' # defaults depend on --quick
 repeat=1
 build=./build
 out=benchmarks/results/cluster
@@ -111,6 +113,7 @@ while [[ $# -gt 0 ]]; do
     --factor) need_value "$@"; factor=$2; shift 2 ;;
     --iters) need_value "$@"; iters=$2; shift 2 ;;
     --small-iters) need_value "$@"; small_iters=$2; shift 2 ;;
+    --tiny-iters) need_value "$@"; tiny_iters=$2; shift 2 ;;
     --large-iters) need_value "$@"; large_iters=$2; shift 2 ;;
     --repeat) need_value "$@"; repeat=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
@@ -146,9 +149,9 @@ to_bytes() {
 
 # Defaults for what the command line left unset (--quick: tiny sizes, few iterations).
 if ((quick)); then
-  : "${max:=256K}" "${factor:=4}" "${iters:=3}" "${small_iters:=3}" "${large_iters:=2}" "${iperf_secs:=1}"
+  : "${max:=256K}" "${factor:=4}" "${iters:=3}" "${tiny_iters:=3}" "${small_iters:=3}" "${large_iters:=2}" "${iperf_secs:=1}"
 else
-  : "${max:=64M}" "${factor:=2}" "${iters:=10}" "${small_iters:=50}" "${large_iters:=3}" "${iperf_secs:=3}"
+  : "${max:=64M}" "${factor:=2}" "${iters:=10}" "${tiny_iters:=500}" "${small_iters:=50}" "${large_iters:=3}" "${iperf_secs:=3}"
 fi
 
 case $scenario in
@@ -161,7 +164,7 @@ is_uint "$rate" && ((rate >= 1 && rate <= 100000)) || usage_die "--rate '$rate' 
 max_bytes=$(to_bytes "$max") || usage_die "--max '$max' is not a size such as 1M or 64M"
 ((max_bytes >= 8)) || usage_die "--max must be at least 8"
 [[ $factor == 2 || $factor == 4 ]] || usage_die "--factor must be 2 or 4"
-for v in iters small_iters large_iters repeat iperf_secs limit; do
+for v in iters tiny_iters small_iters large_iters repeat iperf_secs limit; do
   is_uint "${!v}" && ((${!v} >= 1)) || usage_die "--${v//_/-} '${!v}' must be a positive integer"
 done
 for h in $hosts_a; do
@@ -196,7 +199,7 @@ fi
 have_iperf=1
 command -v iperf3 >/dev/null || { have_iperf=0; note "warning: iperf3 not installed (apt-get install iperf3): the bound will be the nominal rate x 0.956"; }
 
-# Size parts: below 1 MiB, 1 MiB .. 8 MiB, from 16 MiB; each with its iteration and warmup count.
+# Size parts: below 64 KiB, 64 KiB .. < 1 MiB, 1 MiB .. 8 MiB, from 16 MiB; each with its iteration and warmup count.
 # part = tag:lo:hi:iters:warmup
 MiB=$((1024 * 1024))
 parts=()
@@ -206,7 +209,8 @@ add_part() { # tag lo hi iters warmup (clipped to max_bytes; empty ranges droppe
   ((hi >= $2)) && parts+=("$1:$2:$hi:$4:$5")
   return 0
 }
-add_part s 8 $((MiB - 1)) "$small_iters" $((quick ? 1 : 5))
+add_part t 8 $((64 * 1024 - 1)) "$tiny_iters" $((quick ? 1 : tiny_iters / 10))
+add_part s $((64 * 1024)) $((MiB - 1)) "$small_iters" $((quick ? 1 : 5))
 add_part m "$MiB" $((16 * MiB - 1)) "$iters" $((quick ? 1 : 2))
 add_part l $((16 * MiB)) "$max_bytes" "$large_iters" 1
 
