@@ -22,7 +22,7 @@ TEST_CASE("GSYNC_ALGO forces every allreduce algorithm, unknown names list the v
   const std::pair<const char*, allreduce_id> forced[] = {
       {"ring", allreduce_id::ring},   {"recursive_doubling", allreduce_id::recursive_doubling},
       {"halving_doubling", allreduce_id::halving_doubling}, {"tree", allreduce_id::tree},
-      {"direct", allreduce_id::direct}};
+      {"direct", allreduce_id::direct}, {"star", allreduce_id::star}};
   for (const auto& entry : forced) {
     const char* const algo_name = entry.first;  // (not a structured binding: clang 14 cannot capture those)
     const allreduce_id id = entry.second;
@@ -55,7 +55,7 @@ TEST_CASE("GSYNC_ALGO forces every allreduce algorithm, unknown names list the v
       REQUIRE(e.code() == gsync::errc::invalid_argument);
       const std::string what = e.what();
       CHECK(what.find("bogus_tree") != std::string::npos);
-      for (const char* valid : {"ring", "recursive_doubling", "halving_doubling", "tree", "direct"})
+      for (const char* valid : {"ring", "recursive_doubling", "halving_doubling", "tree", "direct", "star"})
         CHECK(what.find(valid) != std::string::npos);
     }
   }, cfg);

@@ -703,6 +703,7 @@ TEST_CASE("allreduce_bytes_sent: schedule volumes") {
   CHECK(grad::allreduce_bytes_sent(allreduce_id::halving_doubling, 1000, 4) == doctest::Approx(1500));
   CHECK(grad::allreduce_bytes_sent(allreduce_id::recursive_doubling, 1000, 4) == doctest::Approx(2000));
   CHECK(grad::allreduce_bytes_sent(allreduce_id::direct, 1000, 4) == doctest::Approx(3000));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id::star, 1000, 4) == doctest::Approx(1500));
   // 5 ranks: P = 4, one folded rank: (4*2*1000 + 2*1000) / 5
   CHECK(grad::allreduce_bytes_sent(allreduce_id::recursive_doubling, 1000, 5) == doctest::Approx(2000));
 }

@@ -234,6 +234,57 @@ TEST_CASE("placed cost model: one rank per host is the flat network model, and r
   CHECK(choose_allreduce(8, 8, "shm+tcp", "", &placed).id == allreduce_id::recursive_doubling);
 }
 
+// Ranks that share cores (the probe's shared_msg_us): every message costs the machines' time,
+// wherever it is in the schedule, so the fewest messages win small buffers (star), recursive
+// doubling the next sizes, then the bandwidth-optimal schedules; without sharing, star's rank 0
+// works through 2(N-1) messages in a row and never beats recursive doubling.
+TEST_CASE("placed cost model: ranks that share cores pay for every message") {
+  using namespace gsync::algo;
+  const cost_model m = cost_model::tcp_loopback();
+  CHECK(total_messages(allreduce_id::ring, 8, 8, m) == 112);
+  CHECK(total_messages(allreduce_id::recursive_doubling, 8, 8, m) == 24);
+  CHECK(total_messages(allreduce_id::recursive_doubling, 8, 6, m) == 12);  // 4 x 2 in the core, 2 x 2 folded
+  CHECK(total_messages(allreduce_id::halving_doubling, 8, 8, m) == 48);
+  CHECK(total_messages(allreduce_id::direct, 8, 8, m) == 56);
+  CHECK(total_messages(allreduce_id::star, 8, 8, m) == 14);
+  CHECK(total_messages(allreduce_id::tree, 8, 8, m) == 28);
+  CHECK(total_messages(allreduce_id::star, 8, 1, m) == 0);
+  // The 8 fake hosts of benchmarks/netcluster.sh on 2 cores, as the probe measured them.
+  gsync::link_estimate l;
+  l.alpha_us = 27.6;
+  l.beta_us_per_byte = 8.0 / (0.952 * 1e3);
+  l.shared_msg_us = 6.9;
+  const cost_model net = cost_model::network(l);
+  CHECK(net.shared_msg_us == 6.9);
+  const cost_model intra = cost_model::shared_memory();
+  gsync::topology t = gsync::topology::blocks(8, 1);
+  for (allreduce_id id : all_allreduce_ids) {
+    INFO(name(id));
+    cost_model bare = net;
+    bare.alpha_us = 0;
+    bare.shared_msg_us = 0;
+    CHECK(estimate_placed_us(id, 4096, t, intra, net) ==
+          doctest::Approx(estimate_us(id, 4096, 8, bare) + total_messages(id, 4096, 8, net) * 6.9));
+  }
+  t.set_links(l);
+  CHECK(choose_allreduce(8, 8, "tcp", "", &t).id == allreduce_id::star);
+  CHECK(choose_allreduce(4096, 8, "tcp", "", &t).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(65536, 8, "tcp", "", &t).id == allreduce_id::halving_doubling);
+  CHECK(choose_allreduce(std::size_t{4} << 20, 8, "tcp", "", &t).id == allreduce_id::ring);
+  const std::string why = choose_allreduce(8, 8, "tcp", "", &t).reason();
+  CHECK(why.find("fewest messages") != std::string::npos);
+  // The same links with cores of their own: star is never the choice.
+  l.shared_msg_us = 0;
+  for (int n = 2; n <= 8; ++n) {
+    gsync::topology own = gsync::topology::blocks(n, 1);
+    own.set_links(l);
+    for (std::size_t bytes = 1; bytes <= (std::size_t{64} << 20); bytes *= 4) {
+      INFO("n=" << n << " bytes=" << bytes);
+      CHECK(choose_allreduce(bytes, n, "tcp", "", &own).id != allreduce_id::star);
+    }
+  }
+}
+
 TEST_CASE("hierarchical schedule: slices per buffer") {
   using H = gsync::algo::hierarchical_default;
   CHECK(H::slices(0, 4, 1024) == 1);

@@ -44,6 +44,7 @@ void check_all_equal(const seen_links& s, int n) {
     CHECK(l.beta_us_per_byte == s.v.front().beta_us_per_byte);
     CHECK(l.measured == s.v.front().measured);
     CHECK(l.intra_alpha_us == s.v.front().intra_alpha_us);
+    CHECK(l.shared_msg_us == s.v.front().shared_msg_us);
   }
 }
 
@@ -63,6 +64,25 @@ TEST_CASE("link probe over in-process ranks: every rank derives the same positiv
       seen.add(r.links);
     });
     check_all_equal(seen, n);
+  }
+}
+
+// One rank whose machine runs more ranks than cores is enough: every rank then records the time
+// per message (the 8-byte step over the ranks), so that all make the same choices.
+TEST_CASE("link probe: ranks agree that cores are shared when any of them says so") {
+  for (int n : {2, 3, 4}) {
+    for (int sharer : {-1, 0, n - 1}) {
+      CAPTURE(n);
+      CAPTURE(sharer);
+      seen_links seen;
+      gsync_test::run_inproc(n, [&](auto& comm, auto&) {
+        const auto r = gsync::transport::probe_links(comm.transport(), comm.make_deadline(), comm.rank() == sharer);
+        if (sharer < 0) CHECK(r.links.shared_msg_us == 0);
+        else CHECK(r.links.shared_msg_us == doctest::Approx(r.small_step_us / n));
+        seen.add(r.links);
+      });
+      check_all_equal(seen, n);
+    }
   }
 }
 

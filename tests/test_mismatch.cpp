@@ -155,6 +155,33 @@ TEST_CASE("mismatch: a rank that skipped a collective is caught at the next one"
   });
 }
 
+// Over TCP with a deadlock that no frame reveals: with 3 ranks, recursive doubling's rank 0 first
+// waits for rank 2 (which folds in), while rank 2, having skipped the allreduce, waits in a
+// broadcast for rank 0. Neither sends the other anything; the stall records in the store show both
+// calls under op #1, and every rank fails with mismatch (from half the timeout on), not a timeout.
+TEST_CASE("mismatch: ranks stalled in different collectives under one op number are told so through the store") {
+  outcome out(3);
+  gsync_test::run_tcp(3, [&](auto& comm, gsync_test::world_sync&) {
+    try {
+      std::vector<float> v(16, 1.0f);
+      if (comm.rank() != 2) gsync::allreduce<gsync::algo::recursive_doubling>(comm, std::span<float>{v});
+      else gsync::broadcast(comm, std::span<float>{v}, 0);
+      out.set(comm.rank(), gsync::errc{}, "no error");
+    } catch (const gsync::error& e) {
+      out.set(comm.rank(), e.kind(), e.what());
+    }
+  }, cfg_with(6s));
+  bool named = false;
+  for (int r = 0; r < 3; ++r) {
+    const std::string& m = out.msgs[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << m);
+    CHECK(out.kinds[static_cast<std::size_t>(r)] == gsync::errc::mismatch);
+    named = named || (m.find("allreduce(float32, 16, sum) [recursive_doubling] as op #1") != std::string::npos &&
+                      m.find("broadcast(float32, 16, root 0)") != std::string::npos && m.find("skipped or added") != std::string::npos);
+  }
+  CHECK(named);
+}
+
 TEST_CASE("mismatch: send/recv with the same bytes but another element type") {
   auto f = [](auto& comm, gsync_test::world_sync&) {
     if (comm.rank() == 0) {

@@ -118,6 +118,7 @@ void sweep_one(Comm& comm, world_sync& sync, failures& fails, const char* transp
   sweep_algo<T, Op, gsync::algo::halving_doubling>(comm, sync, fails, transport, buf);
   sweep_algo<T, Op, gsync::algo::tree>(comm, sync, fails, transport, buf);
   sweep_algo<T, Op, gsync::algo::direct>(comm, sync, fails, transport, buf);
+  sweep_algo<T, Op, gsync::algo::star>(comm, sync, fails, transport, buf);
   sweep_algo<T, Op, gsync::algo::automatic>(comm, sync, fails, transport, buf);
 }
 

@@ -4,9 +4,11 @@
 /// template hint) become an algorithm type.
 ///
 /// `algo::automatic` is the default of every collective. For allreduce it estimates the time of
-/// each of the five schedules with one alpha-beta-gamma cost model (`estimate_us`: alpha per
-/// message on the critical path, beta per byte sent, gamma per byte reduced; constants in
-/// `cost_model`, measured on this project's machine, see benchmarks/results/algorithms/) and
+/// each of the six flat schedules (and, across hosts, the hierarchical one) with one
+/// alpha-beta-gamma cost model (`estimate_us`: alpha per message on the critical path, beta per
+/// byte sent, gamma per byte reduced; constants in `cost_model`, measured on this project's
+/// machine, see benchmarks/results/algorithms/, or measured at start-up across hosts; where the
+/// ranks share cores, every message costs what the probe measured, see `estimate_placed_us`) and
 /// picks the cheapest. The choice and its reason (the two best estimates) are logged once per
 /// collective shape at GSYNC_DEBUG=INFO.
 
@@ -22,6 +24,7 @@
 #include "gsync/algo/hierarchical.hpp"
 #include "gsync/algo/recursive_doubling.hpp"
 #include "gsync/algo/ring.hpp"
+#include "gsync/algo/star.hpp"
 #include "gsync/algo/tree.hpp"
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
@@ -35,7 +38,7 @@ struct automatic {
 };
 
 /// Runtime identity of an allreduce algorithm.
-enum class allreduce_id { ring, recursive_doubling, halving_doubling, tree, direct, hierarchical };
+enum class allreduce_id { ring, recursive_doubling, halving_doubling, tree, direct, hierarchical, star };
 
 /// The hierarchical policy the dispatcher runs: ring inside hosts, ring across hosts.
 using hierarchical_default = hierarchical<ring, ring>;
@@ -44,10 +47,10 @@ using hierarchical_default = hierarchical<ring, ring>;
 /// considered separately, when the ranks span several hosts).
 inline constexpr allreduce_id all_allreduce_ids[] = {allreduce_id::ring, allreduce_id::recursive_doubling,
                                                      allreduce_id::halving_doubling, allreduce_id::tree,
-                                                     allreduce_id::direct};
+                                                     allreduce_id::direct, allreduce_id::star};
 
 /// Names accepted by GSYNC_ALGO and gsync-perf's -a for allreduce.
-inline constexpr std::string_view allreduce_names = "auto, ring, recursive_doubling, halving_doubling, tree, direct, hierarchical";
+inline constexpr std::string_view allreduce_names = "auto, ring, recursive_doubling, halving_doubling, tree, direct, star, hierarchical";
 
 /// The name of an allreduce algorithm.
 constexpr std::string_view name(allreduce_id id) {
@@ -57,6 +60,7 @@ constexpr std::string_view name(allreduce_id id) {
     case allreduce_id::halving_doubling: return halving_doubling::name;
     case allreduce_id::tree: return tree::name;
     case allreduce_id::direct: return direct::name;
+    case allreduce_id::star: return star::name;
     case allreduce_id::hierarchical: return hierarchical_default::name;
   }
   return "?";
@@ -71,6 +75,7 @@ inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::stri
   if (s == "halving_doubling" || s == "hd" || s == "rabenseifner") return allreduce_id::halving_doubling;
   if (s == "tree") return allreduce_id::tree;
   if (s == "direct") return allreduce_id::direct;
+  if (s == "star") return allreduce_id::star;
   if (s == "hierarchical" || s == "hier") return allreduce_id::hierarchical;
   throw error(errc::invalid_argument, std::string(where) + ": unknown allreduce algorithm '" + std::string(s) +
                                           "' (valid: " + std::string(allreduce_names) + ")");
@@ -93,6 +98,9 @@ struct cost_model {
   double gamma_us_per_byte;  ///< per byte reduced by the busiest rank (inverse reduction speed)
   std::size_t segment_bytes; ///< pipelining unit assumed for ring and tree (the default GSYNC_SEGMENT_BYTES)
   std::size_t scratch_bytes; ///< scratch size assumed for recursive doubling and direct (communicator's)
+  /// Time per message when the ranks share cores (link_estimate::shared_msg_us; 0: they do not).
+  /// Then every message counts, not only those on the critical path: see `estimate_placed_us`.
+  double shared_msg_us = 0;
 
   /// Fitted on loopback TCP, 2-core VM (see above).
   static constexpr cost_model tcp_loopback() noexcept { return {156.0, 9.0e-5, 0.0, 512 << 10, 256 << 10}; }
@@ -111,7 +119,7 @@ struct cost_model {
   /// transport at start-up, given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, or by default assumed
   /// (a 10 Gbit/s link, 50 us per message).
   static constexpr cost_model network(const link_estimate& l = {}) noexcept {
-    return {l.alpha_us, l.beta_us_per_byte, 0.0, 512 << 10, 256 << 10};
+    return {l.alpha_us, l.beta_us_per_byte, 0.0, 512 << 10, 256 << 10, l.shared_msg_us};
   }
   /// The model used for a transport named `transport` ("tcp", "shm", "inproc", ...) when every
   /// rank is on one host. Only loopback TCP has been measured; the ranking of the flat schedules,
@@ -178,6 +186,9 @@ constexpr double pieces(double total, std::size_t unit) noexcept {
 ///   pipeline fill of 2H segments: 2(2H+St-1) alpha + (2s + 2H s/(2St)) beta + s gamma
 /// - direct: q = ceil(s/scr) pieces, each N-1 messages out and in:
 ///     q (N-1) alpha + (N-1) s beta + (N-1) s gamma
+/// - star: two latencies, plus rank 0's own work on the other 2(N-2) messages, one after another,
+///   each taken as half an alpha (alpha counts the work at both ends and the wire); rank 0's link
+///   carries (N-1) s in, then (N-1) s out: N alpha + 2(N-1) s beta + (N-1) s gamma
 /// N = 1 costs nothing for every algorithm (a local copy).
 constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
   if (world <= 1) return 0.0;
@@ -203,12 +214,36 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
     }
     case allreduce_id::direct:
       return detail::pieces(s, m.scratch_bytes) * (N - 1) * a + (N - 1) * s * b + (N - 1) * s * g;
+    case allreduce_id::star:
+      return N * a + 2 * (N - 1) * s * b + (N - 1) * s * g;
     case allreduce_id::hierarchical: {  // without a placement: one host, the intra-host ring
       const double Sr = detail::pieces(s / N, m.segment_bytes);
       return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
     }
   }
   return 0.0;
+}
+
+/// Messages flat allreduce algorithm `id` sends in all, over every rank, on `bytes` over `world`
+/// ranks, with the pieces of model `m` (N, P, L, Sr, St, q as in `estimate_us`): ring
+/// 2(N-1) N Sr; recursive doubling (P L + 2(N-P)) q; halving-doubling 2 P L + 2(N-P); tree
+/// 4(N-1) St (two trees, each segment up and down every edge); direct N(N-1) q; star 2(N-1).
+constexpr double total_messages(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
+  if (world <= 1) return 0.0;
+  const double s = static_cast<double>(bytes), N = world;
+  const unsigned un = static_cast<unsigned>(world);
+  const double P = static_cast<double>(std::bit_floor(un));
+  const double L = std::bit_width(std::bit_floor(un)) - 1;
+  switch (id) {
+    case allreduce_id::ring: return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
+    case allreduce_id::recursive_doubling: return (P * L + 2 * (N - P)) * detail::pieces(s, m.scratch_bytes);
+    case allreduce_id::halving_doubling: return 2 * P * L + 2 * (N - P);
+    case allreduce_id::tree: return 4 * (N - 1) * detail::pieces(s / 2, m.segment_bytes);
+    case allreduce_id::direct: return N * (N - 1) * detail::pieces(s, m.scratch_bytes);
+    case allreduce_id::star: return 2 * (N - 1);
+    case allreduce_id::hierarchical: break;
+  }
+  return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
 }
 
 /// Estimated time in microseconds of flat allreduce algorithm `id` on `bytes` when the ranks are
@@ -226,11 +261,24 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
 ///   s/2^(i+1) exchanged there, priced by d's load, bandwidth x hd_step_penalty; the fold as above;
 /// - direct: q (N-1) alpha' + all_to_all_load s inter beta;
 /// - tree: `estimate_us` with inter's beta and alpha' (its crossings are not modelled: every hop
-///   is priced as one that crosses).
+///   is priced as one that crosses);
+/// - star: `estimate_us` with alpha'.
+/// When the ranks share cores (`inter.shared_msg_us` > 0), a message's time is the machines' work
+/// on it, which the other ranks' messages wait for wherever they are in the schedule: the
+/// per-message terms above (the alphas) give way to `total_messages` x shared_msg_us, and the byte
+/// terms stay. Measured on 8 fake hosts sharing 2 cores (1 Gbit/s links, 6.5 us per message):
+/// 8 B took 97-111 us with star's 14 messages, 140-152 with recursive doubling's 24; at 16 KiB
+/// recursive doubling 420 us, halving-doubling 557, star 969 (its bytes).
 inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra,
                                  const cost_model& inter) noexcept {
   const int world = t.world();
   if (world <= 1) return 0.0;
+  if (inter.shared_msg_us > 0) {
+    cost_model i0 = intra, n0 = inter;
+    i0.alpha_us = n0.alpha_us = 0;
+    i0.shared_msg_us = n0.shared_msg_us = 0;
+    return estimate_placed_us(id, bytes, t, i0, n0) + total_messages(id, bytes, world, inter) * inter.shared_msg_us;
+  }
   const double s = static_cast<double>(bytes), N = world;
   const unsigned un = static_cast<unsigned>(world);
   const double P = static_cast<double>(std::bit_floor(un));
@@ -272,6 +320,7 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
       const double q = detail::pieces(s, inter.scratch_bytes);
       return q * (N - 1) * mixed.alpha_us + static_cast<double>(t.all_to_all_load()) * s * inter.beta_us_per_byte + (N - 1) * s * g;
     }
+    case allreduce_id::star:
     case allreduce_id::tree:
     case allreduce_id::hierarchical: break;
   }
@@ -326,6 +375,7 @@ struct choice {
       case allreduce_id::halving_doubling: return r + " (log2(N) latencies and 2(P-1)/P of the buffer)";
       case allreduce_id::tree: return r + " (pipelined double binary tree: log2(N) depth, about 2x the buffer per rank)";
       case allreduce_id::direct: return r + " (one round: every rank sends its buffer to every other)";
+      case allreduce_id::star: return r + " (the fewest messages: every rank's buffer to rank 0 and the result back)";
       case allreduce_id::hierarchical:
         return r + " (ranks span several hosts: reduce inside each host over shared memory, across hosts only 1/L of the"
                    " buffer per rank, 2(H-1)/H of it per host link)";
@@ -336,7 +386,7 @@ struct choice {
 
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
 /// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
-/// `cost_model`. Allocation-free (five closed-form estimates).
+/// `cost_model`. Allocation-free (six closed-form estimates, seven across hosts).
 /// With `topo` spanning several hosts, the flat schedules are costed on that placement
 /// (`estimate_placed_us`: the network model, `net` else `network_of(*topo)`, for steps that cross
 /// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and,
@@ -380,6 +430,7 @@ decltype(auto) visit(allreduce_id id, F&& f) {
     case allreduce_id::halving_doubling: return f(halving_doubling{});
     case allreduce_id::tree: return f(tree{});
     case allreduce_id::direct: return f(direct{});
+    case allreduce_id::star: return f(star{});
     case allreduce_id::hierarchical: return f(hierarchical_default{});
     case allreduce_id::ring: break;
   }

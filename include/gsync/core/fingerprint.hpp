@@ -42,7 +42,7 @@ inline constexpr std::uint8_t user_op_code = 255;
 
 inline constexpr std::string_view algo_codes[] = {"",     "ring",          "recursive_doubling", "halving_doubling",
                                                    "tree", "direct",        "hierarchical",       "binomial_tree",
-                                                   "pairwise", "dissemination", "int8"};
+                                                   "pairwise", "dissemination", "int8",     "star"};
 inline constexpr std::uint8_t custom_algo_code = 255;
 
 }  // namespace detail

@@ -29,6 +29,13 @@ struct link_estimate {
   /// run several ranks each; 0 when not measured (the cost model's assumption then stands).
   /// Matters on hosts that run more ranks than cores, where a hop waits for a wake-up.
   double intra_alpha_us = 0;
+  /// When the ranks share cores (a machine runs more ranks than it has cores, as the fake hosts
+  /// of benchmarks/netcluster.sh do): the time per message of a probe step in which every rank
+  /// sends one, the 8-byte ring step divided by the ranks. The kernel's and the scheduler's work
+  /// per message, not the wire, then sets the pace of small messages, and a schedule that sends M
+  /// messages in all takes about M times this, whatever its depth. 0: cores not shared (or not
+  /// measured); the per-message cost is then `alpha_us` on the critical path.
+  double shared_msg_us = 0;
 
   /// Link rate in Gbit/s that `beta_us_per_byte` stands for.
   double gbps() const noexcept { return 8.0 / (beta_us_per_byte * 1e3); }

@@ -144,7 +144,8 @@ concept bucket_reducer = transport_policy<X> && requires(R& r, communicator<X>& 
 /// `world` ranks (the schedules' volumes; P is the largest power of two <= world, and the ranks beyond P
 /// fold in and out with one whole-buffer message each way):
 /// ring, hierarchical and tree: 2(N-1)/N s; halving-doubling: (2(P-1) s + 2(N-P) s) / N;
-/// recursive doubling: (P log2(P) s + 2(N-P) s) / N; direct: (N-1) s.
+/// recursive doubling: (P log2(P) s + 2(N-P) s) / N; direct: (N-1) s; star: 2(N-1)/N s (rank 0
+/// sends (N-1) s, the others s each).
 inline double allreduce_bytes_sent(algo::allreduce_id id, std::size_t bytes, int world) noexcept {
   if (world <= 1) return 0.0;
   const double s = static_cast<double>(bytes), n = world;
@@ -158,6 +159,7 @@ inline double allreduce_bytes_sent(algo::allreduce_id id, std::size_t bytes, int
     case algo::allreduce_id::halving_doubling: return (2.0 * (p - 1) * s + fold) / n;
     case algo::allreduce_id::recursive_doubling: return (static_cast<double>(p) * l * s + fold) / n;
     case algo::allreduce_id::direct: return (n - 1) * s;
+    case algo::allreduce_id::star: return 2.0 * (n - 1) / n * s;  // rank 0 (n-1) s, the others s each
   }
   return 2.0 * (n - 1) / n * s;
 }

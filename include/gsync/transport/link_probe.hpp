@@ -28,9 +28,11 @@
 /// 2(L-1) times per call. On a host with a core per rank that is a few microseconds; on one that
 /// runs more ranks than cores it is a scheduler wake-up, hundreds of microseconds, and decides
 /// whether the hierarchical schedule is worth it for small messages.
-/// The ranks then agree on the slowest rank's numbers by passing the running maximum around the
-/// ring (N - 1 hops of 32 bytes), so every rank derives the same estimate from the same numbers
-/// and makes the same choices.
+/// The ranks then agree on the slowest rank's numbers, and on whether any of them shares its
+/// cores (`cores_shared`), by passing the running maximum around the ring (N - 1 hops of 40
+/// bytes), so every rank derives the same estimate from the same numbers and makes the same
+/// choices. Where cores are shared, the 8-byte step over N ranks is also the time the machine
+/// takes per message (`link_estimate::shared_msg_us`).
 ///
 /// The fit (`fit_links`): beta is the slope between the 64 KiB and 1 MiB steps, or between the
 /// 8 B and 1 MiB steps where that is slower, alpha the 64 KiB step less its bytes, kept between
@@ -95,11 +97,11 @@ inline link_estimate fit_links(double small_us, double mid_us, double big_us) no
 }
 
 /// Runs the probe on transport endpoint `x` (every rank of the job must call it, after the
-/// connections are up); every wait ends by `dl`. Errors are the transport's (timeout, peer_lost,
-/// mismatch).
+/// connections are up); every wait ends by `dl`. `cores_shared`: this rank's machine runs more
+/// ranks than it has cores. Errors are the transport's (timeout, peer_lost, mismatch).
 /// \tparam X a transport (transport_policy), here the TCP transport during its setup.
 template <class X>
-probe_result probe_links(X& x, deadline dl) {
+probe_result probe_links(X& x, deadline dl, bool cores_shared = false) {
   using clock = std::chrono::steady_clock;
   const int n = x.size(), me = x.rank();
   if (n < 2) return {};
@@ -136,7 +138,8 @@ probe_result probe_links(X& x, deadline dl) {
     mate_left = mates[static_cast<std::size_t>((i + l - 1) % l)];
   }
   constexpr double inf = 1e300;
-  double t[4] = {inf, inf, inf, intra ? inf : 0.0};  // 8 B, 64 KiB, 1 MiB, 8 B inside the host: the fastest pass of each
+  // 8 B, 64 KiB, 1 MiB, 8 B inside the host: the fastest pass of each; then cores shared (0 or 1).
+  double t[5] = {inf, inf, inf, intra ? inf : 0.0, cores_shared ? 1.0 : 0.0};
   for (int i = 0; i < runs; ++i) {
     align();
     t[0] = std::min(t[0], pass(8, 12));
@@ -151,12 +154,12 @@ probe_result probe_links(X& x, deadline dl) {
   }
   // Agree on the slowest rank's numbers: after k hops each rank holds the maximum over itself and
   // the k ranks to its left.
-  double got[4];
+  double got[5];
   for (int k = 0; k < n - 1; ++k) {
     x.post_send(right, id, reinterpret_cast<const std::byte*>(t), sizeof t);
     x.recv(left, id, reinterpret_cast<std::byte*>(got), sizeof got, dl);
     x.flush_sends(dl);  // `t` must not change while queued
-    for (int j = 0; j < 4; ++j) t[j] = std::max(t[j], got[j]);
+    for (int j = 0; j < 5; ++j) t[j] = std::max(t[j], got[j]);
   }
   probe_result r;
   r.small_step_us = t[0];
@@ -168,6 +171,7 @@ probe_result probe_links(X& x, deadline dl) {
   const link_estimate fit = fit_links(t[0], t[1], t[2]);
   r.links.beta_us_per_byte = fit.beta_us_per_byte;
   r.links.alpha_us = fit.alpha_us;
+  if (t[4] > 0) r.links.shared_msg_us = t[0] / n;
   r.links.measured = true;
   return r;
 }

@@ -64,6 +64,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -105,9 +106,11 @@ struct tcp_options {
   /// latency of a reply that comes soon low without starving the rank being waited for.
   /// -1: automatic, 2000 us, but 0 when this machine runs more ranks than cores and this rank has
   /// peers both through shared memory and over TCP: there the ranks that wait on sockets sleep,
-  /// and the yielding ones delay their wake-ups (measured on 2 fake hosts x 4 ranks sharing 2
-  /// cores: a 64 B allreduce 1.1-1.8 ms without yielding against 1.2-5 ms with it, 256 KiB
+  /// and the polling ones delay their wake-ups (measured on 2 fake hosts x 4 ranks sharing 2
+  /// cores: a 64 B allreduce 1.1-1.8 ms without the window against 1.2-5 ms with it, 256 KiB
   /// 2.2-2.5 against 3.1-5.6 ms; one host alone, 8 ranks, is the other way round: 70 against 200 us).
+  /// Those fake-host runs put every rank in a session of its own, where sched_yield(2) does nothing
+  /// under autogroup scheduling, so the window was a busy poll there; not re-measured since.
   int yield_us = -1;
   /// Microseconds a wait for a small message from a TCP peer (at most `tcp_yield_bytes` still to
   /// come) keeps polling the sockets, yielding the core between polls, before it sleeps in poll(2)
@@ -117,13 +120,13 @@ struct tcp_options {
   /// next poll and leaves the core to whoever has work. -1: automatic, 50 us when this machine runs
   /// more ranks than cores and this rank's peers are all over TCP, else 0 (with shared-memory
   /// peers too, see `yield_us`; on a host with a core per rank the 50 us busy spin comes first).
-  /// Measured on the fake clusters of benchmarks/netcluster.sh (all ranks sharing 2 cores; medians
-  /// of 4-6 runs of 300 calls, which move +-30% from run to run): 4 hosts x 1 rank, 30-60 us of
-  /// yielding against sleeping: 8 B 51-69 against 78-86 us, 128 B 72-80 against 90, 512 B 75
-  /// against 95, 1 KiB 67-83 against 89, 2-4 KiB no gain (Open MPI 66-76 us up to 1 KiB); 8 hosts:
-  /// 8 B 228-235 against 250, 128 B 222-233 against 260 (Open MPI 182-211). A longer window lost on
-  /// 8 hosts (1 ms: 378 against 280 us at 8 B), and yielding while 16-32 KiB messages arrived cost
-  /// 15-20%: busy ranks slow the kernel's network processing while the link is the limit.
+  /// Measured on 8 fake hosts of benchmarks/netcluster.sh (all ranks sharing 2 cores, in one
+  /// session; 3 runs of 1000 calls each, which move +-20% from run to run), windows of 50 us /
+  /// 300 us / 2 ms: 8 B 110-149 / 101-151 / 106-115 us, 1 KiB 146-211 / 158-193 / 140-175 (Open MPI
+  /// 178-251 at both sizes); no window is clearly better, and the shortest keeps a rank that
+  /// waits long from taking its share of the cores. (The measurements behind the earlier notes
+  /// here ran every rank in a session of its own, where sched_yield(2) does nothing under the
+  /// kernel's autogroup scheduling: their "yielding" was busy polling.)
   int tcp_yield_us = -1;
   /// Largest message (payload bytes still to come) whose wait yields rather than sleeps.
   std::size_t tcp_yield_bytes = 1024;
@@ -233,7 +236,7 @@ class tcp {
         std::string how = net_gbps || net_latency ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
         if (opt_.net_probe && !(net_gbps && net_latency)) {
           const auto t0 = std::chrono::steady_clock::now();
-          const probe_result pr = probe_links(*this, dl);
+          const probe_result pr = probe_links(*this, dl, machine_oversubscribed);
           links = detail::override_links(pr.links, net_gbps, net_latency);
           const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
           how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
@@ -243,7 +246,9 @@ class tcp {
         }
         topo_.set_links(links);
         log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
-                  detail::fixed(links.gbps(), 3) + " Gbit/s (" + how + ")");
+                  detail::fixed(links.gbps(), 3) + " Gbit/s (" + how + ")" +
+                  (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) +
+                                                 " us of the machines' time per message" : ""));
       }
     } catch (const error& e) {
       // Tell the store why, before its connection drops: the store then reports this rank as
@@ -822,7 +827,10 @@ class tcp {
     std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " (" +
                       std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out after waiting " + w + " s for " + what +
                       (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
-    if (id.seq != 0) msg += behind_report(id.seq, now + std::chrono::seconds(1));
+    if (id.seq != 0) {
+      if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
+      msg += behind_report(id.seq, now + std::chrono::seconds(1));
+    }
     fail(errc::timeout, msg);
   }
 
@@ -1023,7 +1031,9 @@ class tcp {
   }
 
   // Stall report. An operation that has waited half of GSYNC_STALL_WARN_S, or half of its own
-  // timeout, publishes "gsync/stall/R" = its op number in the store (silently); at
+  // timeout, publishes "gsync/stall/R" = its op number and call in the store (silently), and from
+  // then on compares the other ranks' records once a second: a peer waiting in another collective
+  // under the same op number is a mismatch, raised at once (`other_call`). At
   // GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
   // according to the store: a rank with no record, or one stalled at an earlier op, is the one to
   // look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
@@ -1041,9 +1051,16 @@ class tcp {
     if (stall_.stage == 0 && waited >= publish_at) {
       stall_.stage = 1;
       try {
-        store_->set("gsync/stall/" + std::to_string(rank_), std::to_string(id.seq), now + std::chrono::seconds(2));
+        store_->set("gsync/stall/" + std::to_string(rank_), stall_record(id), now + std::chrono::seconds(2));
       } catch (const error&) {
       }
+    }
+    // A peer stalled in another collective under the same operation number can never meet this
+    // one (a rank skipped or added a collective, and neither side sends the other anything this
+    // call could check): a mismatch, reported now rather than as a timeout later.
+    if (stall_.stage >= 1 && now - stall_.checked >= std::chrono::seconds(1)) {
+      stall_.checked = now;
+      if (auto m = other_call(id, now + std::chrono::seconds(2))) fail(errc::mismatch, *m);
     }
     if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return;
     stall_.stage = 2;
@@ -1062,6 +1079,52 @@ class tcp {
       store_->set("gsync/stall/" + std::to_string(rank_), "0", std::chrono::steady_clock::now() + std::chrono::seconds(2));
     } catch (...) {
     }
+  }
+
+  // A stall record: "SEQ TAG FP" (FP: the fingerprint's 16 bytes in hex), so that a peer can tell
+  // which call this rank waits in; readers take the leading number as the operation number.
+  static std::string stall_record(message_id id) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string r = std::to_string(id.seq) + " " + std::to_string(id.tag) + " ";
+    unsigned char b[sizeof(fingerprint)];
+    std::memcpy(b, &id.fp, sizeof b);
+    for (unsigned char c : b) r += hex[c >> 4], r += hex[c & 15];
+    return r;
+  }
+
+  // The other side of a collective mismatch that the store shows: a peer whose stall record names
+  // the same operation number as `id` but another call. Collectives only (point-to-point messages
+  // are numbered per pair). Best effort: nullopt when there is none or the store cannot say.
+  std::optional<std::string> other_call(message_id id, deadline sdl) {
+    if (id.seq == 0 || id.tag >= 0x80000000u) return std::nullopt;
+    try {
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        const std::string key = "gsync/stall/" + std::to_string(j);
+        if (!store_->check(key, sdl)) continue;
+        std::istringstream in(store_->get(key, sdl));
+        std::uint64_t seq = 0;
+        std::uint32_t tag = 0;
+        std::string fph;
+        if (!(in >> seq >> tag >> fph) || seq != id.seq || fph.size() != 2 * sizeof(fingerprint) || tag >= 0x80000000u) continue;
+        unsigned char b[sizeof(fingerprint)];
+        bool ok = true;
+        for (std::size_t i = 0; i < sizeof b && ok; ++i) {
+          unsigned v = 0;
+          ok = std::sscanf(fph.c_str() + 2 * i, "%2x", &v) == 1;
+          b[i] = static_cast<unsigned char>(v);
+        }
+        fingerprint fp;
+        std::memcpy(&fp, b, sizeof fp);
+        if (!ok || (tag == id.tag && fp == id.fp)) continue;
+        std::string m = "rank " + std::to_string(rank_) + " called " + describe_message(id.tag, id.seq, id.fp) + ", rank " +
+                        std::to_string(j) + " called " + describe_message(tag, seq, fp);
+        m += tag != id.tag ? ": different operations" : ": they disagree on the " + fingerprint_difference(id.fp, fp);
+        return m + " (both wait, each in its own call: a rank skipped or added a collective?)";
+      }
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
   }
 
   // "; ranks that have not reached op #S: ..." from the other ranks' progress records in the store.
@@ -1291,6 +1354,7 @@ class tcp {
     std::uint64_t seq = 0;
     std::chrono::steady_clock::time_point since{};
     int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
+    std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
   } stall_;
   tcp_options opt_;
   asio::io_context io_;
