@@ -166,6 +166,16 @@ constexpr double pieces(double total, std::size_t unit) noexcept {
   const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
   return q < 1 ? 1.0 : q;
 }
+
+/// The quantities of a world of N ranks the estimates share: s = bytes, N, P = largest power of
+/// two <= N, L = log2 P, f = 1 when N is not a power of two (else 0), H = floor(log2 N).
+struct world_shape {
+  double s, N, P, L, f, H;
+  constexpr world_shape(std::size_t bytes, int world) noexcept
+      : s(static_cast<double>(bytes)), N(world), P(static_cast<double>(std::bit_floor(static_cast<unsigned>(world)))),
+        L(std::bit_width(std::bit_floor(static_cast<unsigned>(world))) - 1),
+        f(std::has_single_bit(static_cast<unsigned>(world)) ? 0.0 : 1.0), H(std::bit_width(static_cast<unsigned>(world)) - 1) {}
+};
 }  // namespace detail
 
 /// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks.
@@ -192,12 +202,7 @@ constexpr double pieces(double total, std::size_t unit) noexcept {
 /// N = 1 costs nothing for every algorithm (a local copy).
 constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
   if (world <= 1) return 0.0;
-  const double s = static_cast<double>(bytes), N = world;
-  const unsigned un = static_cast<unsigned>(world);
-  const double P = static_cast<double>(std::bit_floor(un));
-  const double L = std::bit_width(std::bit_floor(un)) - 1;
-  const double f = std::has_single_bit(un) ? 0.0 : 1.0;
-  const double H = std::bit_width(un) - 1;
+  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
   const double a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
   switch (id) {
     case allreduce_id::ring: {
@@ -230,10 +235,7 @@ constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, cons
 /// 4(N-1) St (two trees, each segment up and down every edge); direct N(N-1) q; star 2(N-1).
 constexpr double total_messages(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
   if (world <= 1) return 0.0;
-  const double s = static_cast<double>(bytes), N = world;
-  const unsigned un = static_cast<unsigned>(world);
-  const double P = static_cast<double>(std::bit_floor(un));
-  const double L = std::bit_width(std::bit_floor(un)) - 1;
+  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
   switch (id) {
     case allreduce_id::ring: return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
     case allreduce_id::recursive_doubling: return (P * L + 2 * (N - P)) * detail::pieces(s, m.scratch_bytes);
@@ -279,11 +281,9 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
     i0.shared_msg_us = n0.shared_msg_us = 0;
     return estimate_placed_us(id, bytes, t, i0, n0) + total_messages(id, bytes, world, inter) * inter.shared_msg_us;
   }
-  const double s = static_cast<double>(bytes), N = world;
-  const unsigned un = static_cast<unsigned>(world);
-  const double P = static_cast<double>(std::bit_floor(un));
-  const int steps = std::bit_width(std::bit_floor(un)) - 1;
-  const bool fold = !std::has_single_bit(un);
+  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
+  const int steps = static_cast<int>(L);
+  const bool fold = f != 0;
   const double g = inter.gamma_us_per_byte;
   // A pipelined step (ring, tree) or a round of messages (direct) that mixes hops inside and
   // across hosts waits for the slower kind of hop.
