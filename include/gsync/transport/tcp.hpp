@@ -1036,8 +1036,8 @@ class tcp {
 
   // Stall report. An operation that has waited half of GSYNC_STALL_WARN_S, or half of its own
   // timeout, publishes "gsync/stall/R" = its op number and call in the store (silently), and from
-  // then on compares the other ranks' records once a second: a peer waiting in another collective
-  // under the same op number is a mismatch, raised at once (`other_call`). At
+  // then on compares the record of the peer it waits for once a second: a peer waiting in another
+  // collective under the same op number is a mismatch, raised at once (`other_call`). At
   // GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
   // according to the store: a rank with no record, or one stalled at an earlier op, is the one to
   // look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
@@ -1062,9 +1062,11 @@ class tcp {
     // A peer stalled in another collective under the same operation number can never meet this
     // one (a rank skipped or added a collective, and neither side sends the other anything this
     // call could check): a mismatch, reported now rather than as a timeout later.
-    if (stall_.stage >= 1 && now - stall_.checked >= std::chrono::seconds(1)) {
+    // Only the peer waited for is asked (one store request a second however large the job); a
+    // timeout asks them all (timed_out).
+    if (stall_.stage >= 1 && in_peer >= 0 && now - stall_.checked >= std::chrono::seconds(1)) {
       stall_.checked = now;
-      if (auto m = other_call(id, now + std::chrono::seconds(2))) fail(errc::mismatch, *m);
+      if (auto m = other_call(id, now + std::chrono::seconds(2), in_peer)) fail(errc::mismatch, *m);
     }
     if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return;
     stall_.stage = 2;
@@ -1096,13 +1098,14 @@ class tcp {
     return r;
   }
 
-  // The other side of a collective mismatch that the store shows: a peer whose stall record names
-  // the same operation number as `id` but another call. Collectives only (point-to-point messages
-  // are numbered per pair). Best effort: nullopt when there is none or the store cannot say.
-  std::optional<std::string> other_call(message_id id, deadline sdl) {
+  // The other side of a collective mismatch that the store shows: a peer (`only`, else any) whose
+  // stall record names the same operation number as `id` but another call. Collectives only
+  // (point-to-point messages are numbered per pair). Best effort: nullopt when there is none or
+  // the store cannot say.
+  std::optional<std::string> other_call(message_id id, deadline sdl, int only = -1) {
     if (id.seq == 0 || id.tag >= 0x80000000u) return std::nullopt;
     try {
-      for (int j = 0; j < size_; ++j) {
+      for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : size_); ++j) {
         if (j == rank_) continue;
         const std::string key = "gsync/stall/" + std::to_string(j);
         if (!store_->check(key, sdl)) continue;
