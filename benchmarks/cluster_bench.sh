@@ -56,6 +56,9 @@ usage: benchmarks/cluster_bench.sh [options]     (as root, from the repository r
   --small-iters N     timed iterations from 64 KiB to below 1 MiB (default 50)
   --large-iters N     timed iterations from 16 MiB (default 3; at 1 Gbit/s 64 MiB over 8 ranks is ~1 s each)
   --repeat R          run every benchmark R times (interleaved); the fastest run per size is kept (default 1)
+  --tiny-repeat R     run the sizes below 64 KiB R times (default 5, at least --repeat): their runs take
+                      seconds, and on ranks that share cores one run's mean moves +-25% with where the
+                      scheduler puts the ranks (medians of 102-134 us for one 8-host 8 B allreduce)
   --build DIR         build directory with tools/gsync-perf, benchmarks/ompi_allreduce and
                       benchmarks/gloo_allreduce (default ./build)
   --out DIR           output directory (default benchmarks/results/cluster)
@@ -90,6 +93,7 @@ hosts_a="4 8"
 rate=1000
 max='' factor='' iters='' tiny_iters='' small_iters='' large_iters='' iperf_secs='' # defaults depend on --quick
 repeat=1
+tiny_repeat=''
 build=./build
 out=benchmarks/results/cluster
 limit=900
@@ -116,6 +120,7 @@ while [[ $# -gt 0 ]]; do
     --tiny-iters) need_value "$@"; tiny_iters=$2; shift 2 ;;
     --large-iters) need_value "$@"; large_iters=$2; shift 2 ;;
     --repeat) need_value "$@"; repeat=$2; shift 2 ;;
+    --tiny-repeat) need_value "$@"; tiny_repeat=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
     --iperf-seconds) need_value "$@"; iperf_secs=$2; shift 2 ;;
@@ -150,8 +155,10 @@ to_bytes() {
 # Defaults for what the command line left unset (--quick: tiny sizes, few iterations).
 if ((quick)); then
   : "${max:=256K}" "${factor:=4}" "${iters:=3}" "${tiny_iters:=3}" "${small_iters:=3}" "${large_iters:=2}" "${iperf_secs:=1}"
+  : "${tiny_repeat:=1}"
 else
   : "${max:=64M}" "${factor:=2}" "${iters:=10}" "${tiny_iters:=500}" "${small_iters:=50}" "${large_iters:=3}" "${iperf_secs:=3}"
+  : "${tiny_repeat:=5}"
 fi
 
 case $scenario in
@@ -164,9 +171,11 @@ is_uint "$rate" && ((rate >= 1 && rate <= 100000)) || usage_die "--rate '$rate' 
 max_bytes=$(to_bytes "$max") || usage_die "--max '$max' is not a size such as 1M or 64M"
 ((max_bytes >= 8)) || usage_die "--max must be at least 8"
 [[ $factor == 2 || $factor == 4 ]] || usage_die "--factor must be 2 or 4"
-for v in iters tiny_iters small_iters large_iters repeat iperf_secs limit; do
+for v in iters tiny_iters small_iters large_iters repeat tiny_repeat iperf_secs limit; do
   is_uint "${!v}" && ((${!v} >= 1)) || usage_die "--${v//_/-} '${!v}' must be a positive integer"
 done
+((tiny_repeat >= repeat)) || tiny_repeat=$repeat
+reps=$tiny_repeat
 for h in $hosts_a; do
   [[ $h =~ ^[0-9]+$ ]] && ((h >= 2 && h <= 250)) || usage_die "--hosts-a entry '$h' must be 2..250"
 done
@@ -407,6 +416,8 @@ for sc in "${scenarios[@]}"; do
     echo "gsync_env=$gsync_env"
     echo "factor=$factor"
     echo "parts=${parts[*]}"
+    echo "runs=$repeat"
+    echo "tiny_runs=$tiny_repeat"
   } >"$raw/meta.txt"
 
   hier_mode=none
@@ -426,9 +437,10 @@ for sc in "${scenarios[@]}"; do
     --mca btl_base_warn_component_unused 0)
   wrapper=(python3 benchmarks/netns_rank.py --cluster "$cluster_id" --ranks-per-host "$ranks" --)
 
-  for ((rep = 1; rep <= repeat; rep++)); do
+  for ((rep = 1; rep <= reps; rep++)); do
     for p in "${parts[@]}"; do
       IFS=: read -r tag lo hi n w <<<"$p"
+      if [[ $tag == t ]]; then ((rep <= tiny_repeat)) || continue; else ((rep <= repeat)) || continue; fi
       suffix="${tag}_r$rep"
       payload=$(part_payload "$lo" "$hi" "$n" "$w")
       common=(-d float32 -o sum -b "$lo" -e "$hi" -f "$factor" -n "$n" -w "$w" -c 1)

@@ -125,6 +125,9 @@ def main():
             hi_s = human(int(hi)) if int(hi) % 1024 == 0 or int(hi) < 1024 else f"< {human(int(hi) + 1)}"
             ps.append(f"{human(int(lo))}..{hi_s}: {n} timed + {wu} warmup")
         w(f"- sizes (factor {meta.get('factor', '?')}): " + "; ".join(ps))
+    if meta.get("runs"):
+        runs, tiny = meta["runs"], meta.get("tiny_runs", meta["runs"])
+        w(f"- runs per series: {tiny} below 64 KiB, {runs} from 64 KiB (interleaved; the fastest run per size is kept)")
     bidir = meta.get("iperf_bidir_total_mbit")
     w(f"- bound: {bnd:.1f} MB/s busbw = {bnd_desc}"
       + (f"; both directions at once {bidir} Mbit/s total ({float(bidir) / 2:.0f} per direction)" if bidir else ""))
