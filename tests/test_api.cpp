@@ -131,3 +131,16 @@ TEST_CASE("error codes compare with gsync::errc and carry a readable category") 
   CHECK(messages.count("unknown gsync error") == 0);
   CHECK(gsync::error(gsync::errc::non_finite, "x").code().message() == "non-finite values");
 }
+
+TEST_CASE("automatic allreduce: a remembered choice is per size and per segment size") {
+  gsync::detail::choice_memo m;
+  CHECK_FALSE(m.find(8, 1024).has_value());
+  m.put(8, 1024, 3);
+  REQUIRE(m.find(8, 1024).has_value());
+  CHECK(*m.find(8, 1024) == 3);
+  CHECK_FALSE(m.find(8, 2048).has_value());  // another pipelining unit: worked out again
+  CHECK_FALSE(m.find(16, 1024).has_value());
+  for (std::size_t b = 100; b < 108; ++b) m.put(b, 1024, static_cast<std::uint8_t>(b % 7));  // 8 more: the oldest goes
+  CHECK_FALSE(m.find(8, 1024).has_value());
+  for (std::size_t b = 100; b < 108; ++b) CHECK(m.find(b, 1024) == std::optional<std::uint8_t>(static_cast<std::uint8_t>(b % 7)));
+}

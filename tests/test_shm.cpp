@@ -207,3 +207,38 @@ TEST_CASE("shm: a collective nobody else joins times out at the deadline") {
     sync.bar.arrive_and_wait();
   }, cfg_with_timeout(400ms));
 }
+
+TEST_CASE("shm: messages of every small size share the ring with their headers, also across the wrap") {
+  // A 4 KiB ring: payloads of 0..100 bytes start right after their 40-byte header (up to 24 bytes
+  // share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
+  // times at shifting offsets. Point-to-point bytes, then allreduces whose receives reduce from
+  // the ring in place (8-byte and 2-byte elements).
+  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
+  errors errs;
+  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
+    const int r = comm.rank(), n = comm.size();
+    const int to = (r + 1) % n, from = (r + n - 1) % n;
+    std::string err;
+    for (int rep = 0; rep < 3 && err.empty(); ++rep)
+      for (std::size_t len = 0; len <= 100 && err.empty(); ++len) {
+        std::vector<std::uint8_t> out(len), in(len, 0xEE);
+        for (std::size_t i = 0; i < len; ++i) out[i] = static_cast<std::uint8_t>(r * 31 + len * 7 + i + rep);
+        gsync::send(comm, std::span<const std::uint8_t>{out}, to, 5);
+        gsync::recv(comm, std::span<std::uint8_t>{in}, from, 5);
+        for (std::size_t i = 0; i < len; ++i)
+          if (in[i] != static_cast<std::uint8_t>(from * 31 + len * 7 + i + rep)) {
+            err = "p2p " + std::to_string(len) + " B: byte " + std::to_string(i) + " wrong";
+            break;
+          }
+      }
+    errs.add("rank " + std::to_string(r), err);
+    for (std::size_t count = 1; count <= 40; ++count) {
+      errs.add("double sum rd " + std::to_string(count),
+               check_allreduce<double, gsync::op::sum, gsync::algo::recursive_doubling>(comm, sync, count));
+      errs.add("half sum star " + std::to_string(count),
+               check_allreduce<gsync::half, gsync::op::sum, gsync::algo::star>(comm, sync, count));
+    }
+  }, cfg_with_timeout(60s));
+  ::unsetenv("GSYNC_SHM_BYTES");
+  errs.report();
+}

@@ -55,9 +55,15 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
   op_scope scope(comm, "allreduce", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
-    const auto ch = algo::choose_allreduce(count * sizeof(T), comm.size(), comm.transport().name(), comm.settings().algo,
+    const std::size_t bytes = count * sizeof(T);
+    const bool logging = comm.log().enabled(log_level::info);
+    if (!logging)  // the same sizes come back every step: reuse the choice (core/choice_memo.hpp)
+      if (const auto code = comm.allreduce_choices().find(bytes, comm.segment_bytes()))
+        return algo::visit(static_cast<algo::allreduce_id>(*code), [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
+    const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
                                              &comm.transport().topo(), nullptr, comm.segment_bytes());
-    if (comm.log().enabled(log_level::info)) {
+    comm.allreduce_choices().put(bytes, comm.segment_bytes(), static_cast<std::uint8_t>(ch.id));
+    if (logging) {
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
                           std::string(op_name<Op>()) + ")";
       if (comm.first_time(shape)) {

@@ -100,14 +100,16 @@ class op_scope {
  public:
   /// Operation `kind` (a collective's name, a string literal) with ticket `t` and messages `id`.
   op_scope(communicator<X>& comm, const char* kind, const op_ticket& t, const message_id& id)
-      : comm_(comm), kind_(kind), id_(id), prev_(comm.running_timeout()), unwinding_(std::uncaught_exceptions()),
-        start_(std::chrono::steady_clock::now()) {
+      : comm_(comm), kind_(kind), id_(id), prev_(comm.running_timeout()), prev_since_(comm.running_since()),
+        unwinding_(std::uncaught_exceptions()), start_(std::chrono::steady_clock::now()) {
     comm.set_running_timeout(t.timeout);
+    comm.set_running_since(start_);  // the operation's deadline counts from here (make_deadline)
   }
   op_scope(const op_scope&) = delete;
   op_scope& operator=(const op_scope&) = delete;
   ~op_scope() {
     comm_.set_running_timeout(prev_);
+    comm_.set_running_since(prev_since_);
     if constexpr (op_aware_transport<X>) comm_.transport().op_finished();
     const auto end = std::chrono::steady_clock::now();
     const bool failed = std::uncaught_exceptions() > unwinding_;
@@ -131,6 +133,7 @@ class op_scope {
   const char* kind_;
   message_id id_;
   std::chrono::milliseconds prev_;
+  std::chrono::steady_clock::time_point prev_since_;
   int unwinding_;
   std::chrono::steady_clock::time_point start_;
 };
@@ -143,7 +146,7 @@ std::size_t segment_elems(const communicator<X>& comm, std::size_t elem_size) {
 
 /// The primitives of one operation over `comm`: messages `id`, input `in`, output `out`, `count`
 /// elements as the schedule understands it, the communicator's segment size, scratch and a
-/// deadline starting now.
+/// deadline counted from the running operation's start (now when none runs).
 /// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
 template <class T, class Op, class X>
 host_primitives<T, Op, X> make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count,

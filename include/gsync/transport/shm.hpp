@@ -8,9 +8,11 @@
 ///   [segment_header: magic, geometry, r's doorbell]                      4 KiB
 ///   [ring from local rank 0] [ring from local rank 1] ... [from L-1]     L x (128 B + ring_bytes)
 /// The ring "from local rank j" is written by j and read by r: r's inbound traffic lives in r's
-/// own memory. A message occupies [64-byte header slot][payload], starting on a 64-byte boundary of
-/// the ring, so payload pieces are aligned for every element type and never split an element at
-/// the ring's wrap point (ring_bytes is a multiple of 64).
+/// own memory. A message occupies [40-byte frame header][payload], starting on a 64-byte boundary
+/// of the ring: a payload of up to 24 bytes shares its header's cache line (one line crosses cores
+/// per small message), payload bytes start 8-byte aligned, so pieces whose length is a multiple of
+/// an element size (1, 2, 4 or 8) never split an element at the ring's wrap point (ring_bytes is a
+/// multiple of 64).
 ///
 /// Signalling is lock-free: the producer publishes `head` (release), the consumer `tail`. A rank
 /// that must wait spins a bounded time, then announces itself in its doorbell's `sleepers` and
@@ -86,8 +88,8 @@ struct ring_ctl {
 };
 static_assert(sizeof(ring_ctl) == 128);
 
-/// Bytes reserved for a message's header in the ring (the frame header plus padding).
-inline constexpr std::size_t header_slot = 64;
+/// Bytes of a message's header in the ring (the frame header; the payload follows at once).
+inline constexpr std::size_t header_slot = 40;
 
 /// Rounds `x` up to a multiple of 64 (message starts).
 constexpr std::uint64_t align64(std::uint64_t x) noexcept { return (x + 63) & ~std::uint64_t{63}; }
