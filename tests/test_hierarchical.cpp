@@ -324,3 +324,22 @@ TEST_CASE("network model: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US move the cross
   const gsync::topology one = gsync::topology::single_host(4);
   CHECK(choose_allreduce(mid, 4, "tcp", "", &one, &gig).id == choose_allreduce(mid, 4, "tcp", "", &one).id);
 }
+
+TEST_CASE("automatic choice: one machine whose ranks share cores moves to halving-doubling and ring sooner") {
+  using namespace gsync::algo;
+  gsync::topology one = gsync::topology::blocks(4, 4), shared = gsync::topology::blocks(4, 4);
+  shared.set_cores_shared(true);
+  CHECK_FALSE(one.cores_shared());
+  // Cores to spare: the assumed shared-memory model (10 us a hop) keeps recursive doubling.
+  for (std::size_t b : {std::size_t{8}, std::size_t{64} << 10, std::size_t{128} << 10})
+    CHECK(choose_allreduce(b, 4, "shm", "", &one).id == allreduce_id::recursive_doubling);
+  // 4 ranks on fewer cores (fitted on 2): recursive doubling for small buffers, then
+  // halving-doubling, then the ring; every choice still costs less than recursive doubling's estimate.
+  CHECK(choose_allreduce(8, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(std::size_t{16} << 10, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(std::size_t{128} << 10, 4, "shm", "", &shared).id == allreduce_id::halving_doubling);
+  CHECK(choose_allreduce(std::size_t{4} << 20, 4, "shm", "", &shared).id == allreduce_id::ring);
+  // Only the shared-memory transport's model changes: loopback TCP keeps its fitted one.
+  for (std::size_t b : {std::size_t{8}, std::size_t{128} << 10})
+    CHECK(choose_allreduce(b, 4, "tcp", "", &shared).id == choose_allreduce(b, 4, "tcp", "", &one).id);
+}

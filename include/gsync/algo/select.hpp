@@ -108,6 +108,14 @@ struct cost_model {
   /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
   /// kernel). Only its ratio to `network` matters for the hierarchical choice.
   static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
+  /// Shared memory on one machine that runs more ranks than it has cores: every hop waits for the
+  /// peer to be scheduled, and the ranks' copies and reductions take turns on the cores. Fitted
+  /// to gsync-perf on 4 ranks sharing 2 cores (2000 calls a size, forced algorithms, 2 runs that
+  /// differ up to 2x): an 8-byte recursive doubling (2 hops) takes 4.6 us, and per byte a step
+  /// costs about 2e-4 us (56 us for 256 KiB); halving-doubling overtakes recursive doubling
+  /// between 32 and 64 KiB (measured 15.4 / 15.5 us at 32 KiB, 28.6 / 22.4 at 64 KiB, 54.8 /
+  /// 34.9 at 128 KiB), where this model puts the crossover (about 46 KB).
+  static constexpr cost_model shared_memory_cores_shared() noexcept { return {2.3, 2.0e-4, 0.0, 512 << 10, 256 << 10}; }
   /// Shared memory inside the hosts of a job placed as `topo`: `shared_memory()`, with the cost
   /// of a message timed at start-up where the probe measured it (core/links.hpp).
   static cost_model shared_memory_of(const topology& topo) noexcept {
@@ -400,6 +408,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
   cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
   cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
+  if (!multi_host && transport_name == "shm" && topo && topo->cores_shared()) m = cost_model::shared_memory_cores_shared();
   cost_model intra = multi_host ? cost_model::shared_memory_of(*topo) : cost_model::shared_memory();
   if (segment_bytes != 0) network.segment_bytes = m.segment_bytes = intra.segment_bytes = segment_bytes;
   allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;

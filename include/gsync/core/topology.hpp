@@ -103,6 +103,11 @@ class topology {
   const std::optional<link_estimate>& links() const noexcept { return links_; }
   /// Records the cost of the links between hosts (the transport, once, at setup).
   void set_links(const link_estimate& l) { links_ = l; }
+  /// True when this machine runs more ranks than it has cores (the transport decides, at setup,
+  /// from what every rank of the machine sees alike: ranks per machine and core count).
+  bool cores_shared() const noexcept { return cores_shared_; }
+  /// Records whether the ranks share cores (the transport, once, at setup).
+  void set_cores_shared(bool v) noexcept { cores_shared_ = v; }
 
  private:
   // Computes xor_load_, fold_load_ and ring_load_ (see xor_load), once.
@@ -132,6 +137,7 @@ class topology {
   std::optional<link_estimate> links_;
   std::vector<int> xor_load_;
   int fold_load_ = 0, ring_load_ = 0;
+  bool cores_shared_ = false;
 };
 
 }  // namespace gsync

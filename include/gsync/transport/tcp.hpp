@@ -224,6 +224,7 @@ class tcp {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
       const bool machine_oversubscribed =
           static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+      topo_.set_cores_shared(machine_oversubscribed);
       if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
       const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
       if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
