@@ -334,7 +334,7 @@ TEST_CASE("automatic choice: one machine whose ranks share cores moves to halvin
   for (std::size_t b : {std::size_t{8}, std::size_t{64} << 10, std::size_t{128} << 10})
     CHECK(choose_allreduce(b, 4, "shm", "", &one).id == allreduce_id::recursive_doubling);
   // 4 ranks on fewer cores (fitted on 2): recursive doubling for small buffers, then
-  // halving-doubling, then the ring; every choice still costs less than recursive doubling's estimate.
+  // halving-doubling, then the ring.
   CHECK(choose_allreduce(8, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
   CHECK(choose_allreduce(std::size_t{16} << 10, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
   CHECK(choose_allreduce(std::size_t{128} << 10, 4, "shm", "", &shared).id == allreduce_id::halving_doubling);

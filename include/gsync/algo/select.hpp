@@ -114,7 +114,8 @@ struct cost_model {
   /// differ up to 2x): an 8-byte recursive doubling (2 hops) takes 4.6 us, and per byte a step
   /// costs about 2e-4 us (56 us for 256 KiB); halving-doubling overtakes recursive doubling
   /// between 32 and 64 KiB (measured 15.4 / 15.5 us at 32 KiB, 28.6 / 22.4 at 64 KiB, 54.8 /
-  /// 34.9 at 128 KiB), where this model puts the crossover (about 46 KB).
+  /// 34.9 at 128 KiB); with halving-doubling's step penalty this model puts the crossover at
+  /// about 66 KB (recursive doubling up to 64 KiB).
   static constexpr cost_model shared_memory_cores_shared() noexcept { return {2.3, 2.0e-4, 0.0, 512 << 10, 256 << 10}; }
   /// Shared memory inside the hosts of a job placed as `topo`: `shared_memory()`, with the cost
   /// of a message timed at start-up where the probe measured it (core/links.hpp).
