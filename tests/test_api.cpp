@@ -144,3 +144,21 @@ TEST_CASE("automatic allreduce: a remembered choice is per size and per segment 
   CHECK_FALSE(m.find(8, 1024).has_value());
   for (std::size_t b = 100; b < 108; ++b) CHECK(m.find(b, 1024) == std::optional<std::uint8_t>(static_cast<std::uint8_t>(b % 7)));
 }
+
+namespace {
+struct constant_name_algo { static constexpr std::string_view name = "halving_doubling"; };
+struct runtime_name_algo { static inline std::string name = "tree"; };  // not a constant: found at run time
+struct unknown_algo { static constexpr const char* name = "my_schedule"; };
+struct named_op { static constexpr std::string_view name = "min"; };
+struct unnamed_op {};
+}  // namespace
+
+TEST_CASE("fingerprint codes of policies: compile-time where the name is a constant, same codes either way") {
+  CHECK(gsync::algo_code_of<constant_name_algo>() == gsync::algo_code("halving_doubling"));
+  CHECK(gsync::algo_code_of<runtime_name_algo>() == gsync::algo_code("tree"));
+  CHECK(gsync::algo_code_name(gsync::algo_code_of<unknown_algo>()) == "custom");
+  CHECK(gsync::algo_code_of<gsync::algo::ring>() == gsync::algo_code("ring"));
+  CHECK(gsync::op_code_name(gsync::op_code_of<named_op>()) == "min");
+  CHECK(gsync::op_code_name(gsync::op_code_of<unnamed_op>()) == "user");
+  CHECK(gsync::op_code_of<gsync::op::avg>() == gsync::op_code("avg"));
+}

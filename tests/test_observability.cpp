@@ -6,6 +6,7 @@
 
 #include <gsync/core/counters.hpp>
 #include <gsync/core/trace.hpp>
+#include <gsync/detail/tick_clock.hpp>
 
 #include "support/world.hpp"
 
@@ -392,6 +393,65 @@ TEST_CASE("op_counters: record, get, total, snapshot, reset") {
   CHECK(c.snapshot().empty());
   CHECK(c.get("allreduce") == gsync::op_totals{});
   CHECK(copy.get("allreduce") == ar);  // the copy is independent
+}
+
+TEST_CASE("op_counters: one buffer reused for different kinds, kinds inserted before the last one") {
+  // record remembers where the last kind sat: the same characters' address with other contents,
+  // and entries shifted by an insertion in front, must still land on the right kinds.
+  gsync::op_counters c;
+  std::string k = "send";
+  c.record(k, 1, 0.0);
+  k = "recv";  // same buffer (short-string storage), another kind
+  c.record(k, 2, 0.0);
+  c.record("allreduce", 4, 0.0);  // inserted before both
+  c.record("allreduce", 8, 0.0);
+  k = "send";
+  c.record(k, 16, 0.0);
+  c.record("barrier", 32, 0.0);
+  c.record("send", 64, 0.0);
+  CHECK(c.get("send").bytes == 81);
+  CHECK(c.get("send").calls == 3);
+  CHECK(c.get("recv").bytes == 2);
+  CHECK(c.get("allreduce").bytes == 12);
+  CHECK(c.get("barrier").bytes == 32);
+  CHECK(c.snapshot().size() == 4);
+  c.reset();
+  c.record("send", 1, 0.0);
+  CHECK(c.get("send").calls == 1);
+  CHECK(c.snapshot().size() == 1);
+}
+
+TEST_CASE("tick_clock: readings never go backwards and match steady_clock (rate measured, base re-read)") {
+  // 60 ms of readings: the first 2 ms come from steady_clock, then from the time-stamp counter
+  // (where the kernel's clock source is "tsc"), across several ~10 ms re-bases. Each reading must
+  // fall between steady_clock readings taken just before and just after it (2 ms of slack for the
+  // conversion: its error is microseconds), and a thread's readings must never decrease.
+  auto check_thread = [] {
+    std::string err;
+    auto prev = gsync::detail::tick_clock::now();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+    long n = 0;
+    for (;;) {
+      const auto before = std::chrono::steady_clock::now();
+      if (before >= end) break;
+      const auto t = gsync::detail::tick_clock::now();
+      const auto after = std::chrono::steady_clock::now();
+      ++n;
+      if (t < prev) err = "reading " + std::to_string(n) + " went backwards";
+      if (t < before - std::chrono::milliseconds(2) || t > after + std::chrono::milliseconds(2))
+        err = "reading " + std::to_string(n) + " is " +
+              std::to_string(std::chrono::duration<double, std::micro>(t - before).count()) + " us from steady_clock";
+      if (!err.empty()) break;
+      prev = t;
+    }
+    return err;
+  };
+  std::string e1, e2;
+  std::thread other([&] { e2 = check_thread(); });
+  e1 = check_thread();
+  other.join();
+  CHECK_MESSAGE(e1.empty(), e1);
+  CHECK_MESSAGE(e2.empty(), e2);
 }
 
 TEST_CASE("op_counters: bad arguments are rejected with invalid_argument") {

@@ -242,3 +242,49 @@ TEST_CASE("shm: messages of every small size share the ring with their headers, 
   ::unsetenv("GSYNC_SHM_BYTES");
   errs.report();
 }
+
+TEST_CASE("shm: waiters that sleep at every wait are woken, with membarrier fences and with full ones") {
+  // GSYNC_SPIN_US=0 and GSYNC_YIELD_US=0: every wait that finds nothing goes to sleep on its
+  // doorbell at once, and the rank that sends later must wake it. A lost wake-up would show as a
+  // sleep that ran its full length (100 ms) with the data already there (shm_late_wakeups).
+  ::setenv("GSYNC_SPIN_US", "0", 1);
+  ::setenv("GSYNC_YIELD_US", "0", 1);
+  for (const char* mb : {"1", "0"}) {
+    ::setenv("GSYNC_SHM_MEMBARRIER", mb, 1);
+    const bool expect_light = std::string(mb) == "1" && gsync::transport::shm::asymmetric_fences_available() &&
+                              std::thread::hardware_concurrency() >= 2;
+    errors errs;
+    std::atomic<int> mode_ok{0};
+    std::atomic<std::uint64_t> late{0};
+    gsync_test::run_shm(2, [&](auto& comm, gsync_test::world_sync&) {
+      if (comm.transport().shm_asymmetric_fences() == expect_light) mode_ok++;
+      const int r = comm.rank(), peer = 1 - r;
+      for (int i = 0; i < 1500; ++i) {
+        if (r == i % 2) {  // the other rank arrives first and sleeps
+          const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 40);
+          while (std::chrono::steady_clock::now() < until) {
+          }
+        }
+        float v = static_cast<float>(r + i), sum = 0;
+        gsync::allreduce(comm, std::span<const float>(&v, 1), std::span<float>(&sum, 1), gsync::op::sum{});
+        if (sum != static_cast<float>(2 * i + 1)) errs.add("membarrier=" + std::string(mb), "allreduce " + std::to_string(i) + " gave " + std::to_string(sum));
+        std::int32_t out = i * 2 + r, in = -1;
+        if (r == 0) {
+          gsync::send(comm, std::span<const std::int32_t>(&out, 1), peer, 3);
+          gsync::recv(comm, std::span<std::int32_t>(&in, 1), peer, 4);
+        } else {
+          gsync::recv(comm, std::span<std::int32_t>(&in, 1), peer, 3);
+          gsync::send(comm, std::span<const std::int32_t>(&out, 1), peer, 4);
+        }
+        if (in != i * 2 + peer) errs.add("membarrier=" + std::string(mb), "message " + std::to_string(i) + " was " + std::to_string(in));
+      }
+      late += comm.transport().shm_late_wakeups();
+    }, cfg_with_timeout(60s));
+    errs.report();
+    CHECK_MESSAGE(mode_ok == 2, "GSYNC_SHM_MEMBARRIER=" << mb);
+    CHECK_MESSAGE(late == 0, "GSYNC_SHM_MEMBARRIER=" << mb);
+  }
+  ::unsetenv("GSYNC_SHM_MEMBARRIER");
+  ::unsetenv("GSYNC_YIELD_US");
+  ::unsetenv("GSYNC_SPIN_US");
+}

@@ -43,7 +43,7 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
-  id.fp.algo = algo_code(Algo::name);
+  id.fp.algo = algo_code_of<Algo>();
   auto p = make_primitives(comm, id, in, out, count, op);
   Algo::allreduce(p);
 }
@@ -51,7 +51,7 @@ void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, st
 /// Runs allreduce ticket `tk` (numbered at issue by comm.next_op()) on `comm`.
 template <class Algo, class X, class T, class Op>
 void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op) {
-  const message_id id{tag_allreduce, tk.seq, make_fingerprint<T>(count, op_code(op_name<Op>()), -1)};
+  const message_id id{tag_allreduce, tk.seq, make_fingerprint<T>(count, op_code_of<Op>(), -1)};
   op_scope scope(comm, "allreduce", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {

@@ -30,7 +30,7 @@ namespace detail {
 
 template <class Algo, class X, class T>
 void run_alltoall(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
-  id.fp.algo = algo_code(Algo::name);
+  id.fp.algo = algo_code_of<Algo>();
   auto p = make_primitives(comm, id, in, out, c, op::sum{});
   static_assert(alltoall_algorithm<Algo, decltype(p)>, "this algorithm policy has no alltoall schedule");
   Algo::alltoall(p);

@@ -29,7 +29,7 @@ template <class Algo, class X>
 void barrier_run(communicator<X>& comm, op_ticket tk) {
   using A = std::conditional_t<std::is_same_v<Algo, algo::automatic>, algo::dissemination, Algo>;
   message_id id{tag_barrier, tk.seq, make_fingerprint<void>(0)};
-  id.fp.algo = algo_code(A::name);
+  id.fp.algo = algo_code_of<A>();
   op_scope scope(comm, "barrier", tk, id);
   auto p = make_primitives<std::uint8_t>(comm, id, nullptr, nullptr, 0, op::sum{});
   static_assert(barrier_algorithm<A, decltype(p)>, "this algorithm policy has no barrier schedule");

@@ -30,7 +30,7 @@ namespace detail {
 
 template <class Algo, class X, class T>
 void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t count, int root) {
-  id.fp.algo = algo_code(Algo::name);
+  id.fp.algo = algo_code_of<Algo>();
   auto p = make_primitives(comm, id, data, data, count, op::sum{});
   static_assert(broadcast_algorithm<Algo, decltype(p)>, "this algorithm policy has no broadcast schedule");
   Algo::broadcast(p, root);

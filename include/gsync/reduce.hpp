@@ -31,7 +31,7 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  id.fp.algo = algo_code(Algo::name);
+  id.fp.algo = algo_code_of<Algo>();
   auto p = make_primitives(comm, id, in, out, count, op);
   static_assert(rooted_reduce_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce schedule");
   Algo::reduce(p, root);
@@ -40,7 +40,7 @@ void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::
 /// Runs reduce ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
 void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  const message_id id{tag_reduce, tk.seq, make_fingerprint<T>(count, op_code(op_name<Op>()), root)};
+  const message_id id{tag_reduce, tk.seq, make_fingerprint<T>(count, op_code_of<Op>(), root)};
   op_scope scope(comm, "reduce", tk, id);
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {

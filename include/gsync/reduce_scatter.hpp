@@ -36,7 +36,7 @@ namespace detail {
 
 template <class Algo, class X, class T, class Op>
 void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c, const Op& op) {
-  id.fp.algo = algo_code(Algo::name);
+  id.fp.algo = algo_code_of<Algo>();
   auto p = make_primitives(comm, id, in, out, c, op);
   static_assert(reduce_scatter_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce_scatter schedule");
   Algo::reduce_scatter(p);
@@ -45,7 +45,7 @@ void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* ou
 /// Runs reduce_scatter ticket `tk` (numbered at issue) on `comm`.
 template <class Algo, class X, class T, class Op>
 void reduce_scatter_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c, const Op& op) {
-  const message_id id{tag_reduce_scatter, tk.seq, make_fingerprint<T>(c, op_code(op_name<Op>()), -1)};
+  const message_id id{tag_reduce_scatter, tk.seq, make_fingerprint<T>(c, op_code_of<Op>(), -1)};
   op_scope scope(comm, "reduce_scatter", tk, id);
   if (c == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {

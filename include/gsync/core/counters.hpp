@@ -175,16 +175,20 @@ class op_counters {
                             [](const entry& e, std::string_view k) { return std::string_view(e.first) < k; });
   }
 
-  // The totals of `kind`, inserted in sorted position when new (m_ held).
+  // The totals of `kind`, inserted in sorted position when new (m_ held). The last kind found is
+  // tried first: a loop of one collective skips the search.
   op_totals& slot(std::string_view kind) {
+    if (last_index_ < kinds_.size() && std::string_view(kinds_[last_index_].first) == kind) return kinds_[last_index_].second;
     auto it = std::lower_bound(kinds_.begin(), kinds_.end(), kind,
                                [](const entry& e, std::string_view k) { return std::string_view(e.first) < k; });
     if (it == kinds_.end() || it->first != kind) it = kinds_.emplace(it, std::string(kind), op_totals{});
+    last_index_ = static_cast<std::size_t>(it - kinds_.begin());
     return it->second;
   }
 
   mutable std::mutex m_;
   std::vector<entry> kinds_;  // sorted by kind
+  std::size_t last_index_ = 0;  // where `slot` found the last kind (checked before use)
 };
 
 }  // namespace gsync

@@ -79,6 +79,29 @@ constexpr std::uint8_t algo_code(std::string_view name) noexcept {
   return detail::code_in(detail::algo_codes, name, detail::custom_algo_code);
 }
 
+/// The code of algorithm policy A's name, computed at compile time when `A::name` is a constant
+/// (every gsync algorithm's is): the table search then costs nothing per operation.
+/// \tparam A an algorithm policy (a type with a static `name`).
+template <class A>
+std::uint8_t algo_code_of() noexcept {
+  if constexpr (requires { typename std::integral_constant<std::uint8_t, algo_code(A::name)>; })
+    return std::integral_constant<std::uint8_t, algo_code(A::name)>::value;
+  else
+    return algo_code(A::name);
+}
+
+/// The code of operator Op's name (`Op::name` if it has one, else "user"), at compile time when
+/// the name is a constant. \tparam Op a reduction operator.
+template <class Op>
+std::uint8_t op_code_of() noexcept {
+  if constexpr (!requires { Op::name; })
+    return detail::user_op_code;
+  else if constexpr (requires { typename std::integral_constant<std::uint8_t, op_code(Op::name)>; })
+    return std::integral_constant<std::uint8_t, op_code(Op::name)>::value;
+  else
+    return op_code(Op::name);
+}
+
 /// Name of an algorithm code ("custom" for algorithms outside gsync, "?" for an unknown code).
 constexpr std::string_view algo_code_name(std::uint8_t c) noexcept {
   return detail::name_in(detail::algo_codes, c, detail::custom_algo_code, "custom");

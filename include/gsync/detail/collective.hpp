@@ -17,6 +17,7 @@
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/primitives.hpp"
+#include "gsync/detail/tick_clock.hpp"
 
 namespace gsync::detail {
 
@@ -94,6 +95,7 @@ void log_choice(communicator<X>& comm, std::string_view coll, dtype dt, std::siz
 /// The scope of one running operation: applies the timeout it was issued with (so its deadline
 /// is its own, see communicator::with_timeout), and when it ends restores the previous timeout,
 /// counts the operation (kind, bytes, time, failed or not) and, when tracing, writes its span.
+/// Its two clock readings come from detail::tick_clock (steady time, at half the cost).
 /// \tparam X transport of the communicator.
 template <class X>
 class op_scope {
@@ -101,7 +103,7 @@ class op_scope {
   /// Operation `kind` (a collective's name, a string literal) with ticket `t` and messages `id`.
   op_scope(communicator<X>& comm, const char* kind, const op_ticket& t, const message_id& id)
       : comm_(comm), kind_(kind), id_(id), prev_(comm.running_timeout()), prev_since_(comm.running_since()),
-        unwinding_(std::uncaught_exceptions()), start_(std::chrono::steady_clock::now()) {
+        unwinding_(std::uncaught_exceptions()), start_(tick_clock::now()) {
     comm.set_running_timeout(t.timeout);
     comm.set_running_since(start_);  // the operation's deadline counts from here (make_deadline)
   }
@@ -111,7 +113,7 @@ class op_scope {
     comm_.set_running_timeout(prev_);
     comm_.set_running_since(prev_since_);
     if constexpr (op_aware_transport<X>) comm_.transport().op_finished();
-    const auto end = std::chrono::steady_clock::now();
+    const auto end = tick_clock::now();  // never before start_ (same thread, see tick_clock)
     const bool failed = std::uncaught_exceptions() > unwinding_;
     const std::uint64_t bytes = payload_bytes(id_.fp);
     try {

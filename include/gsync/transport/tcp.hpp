@@ -82,6 +82,7 @@
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/socket.hpp"
+#include "gsync/detail/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/link_probe.hpp"
 #include "gsync/transport/shm.hpp"
@@ -136,6 +137,10 @@ struct tcp_options {
   std::size_t tcp_yield_bytes = 64 << 10;
   /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
   bool shm = true;
+  /// Let shared-memory peers signal without a full fence per message, the sleeping side issuing a
+  /// membarrier(2) instead (transport/shm.hpp; used only when every rank of the host can, and not
+  /// where ranks share cores). GSYNC_SHM_MEMBARRIER=0 turns it off.
+  bool shm_light = true;
   /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
   std::size_t shm_ring_bytes = 1 << 20;
   /// Time the links between hosts at start-up when the ranks span several hosts
@@ -155,6 +160,7 @@ class tcp {
     // Every setting is read and checked before any connection: a bad value fails every rank the
     // same way, at once, rather than the first one to reach it while the others wait for it.
     if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
+    if (auto v = detail::env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") opt_.shm_light = false;
     if (auto b = detail::env("GSYNC_SHM_BYTES")) {
       auto v = detail::parse_size(*b);
       if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
@@ -234,7 +240,7 @@ class tcp {
                 std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
                 std::to_string(machine_ranks_) + " on this machine, spin " +
                 std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
-                std::to_string(opt_.tcp_yield_us) + " us)");
+                std::to_string(opt_.tcp_yield_us) + " us" + (nshm > 0 ? std::string(shm_light_ ? ", shared-memory fences: membarrier" : ", shared-memory fences: full") : "") + ")");
       if (topo_.hosts() > 1) {
         // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
         link_estimate links = detail::override_links({}, net_gbps, net_latency);
@@ -299,6 +305,11 @@ class tcp {
   const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
+  /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
+  bool shm_asymmetric_fences() const noexcept { return shm_light_; }
+  /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
+  /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
+  std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
 
   /// Aborts this endpoint; thread-safe, callable while another thread waits in it. Records
@@ -580,12 +591,19 @@ class tcp {
     local_size_ = static_cast<int>(local.size());
     auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
     std::string rec = "-";
+    // Asymmetric fences (shm.hpp) take the fence off every message's path and put a membarrier call
+    // on every sleep. Where ranks share cores they sleep often (their spin is short), so there the
+    // plain fences stay. Every rank of the host must agree: each one says whether it can, and the
+    // host uses them only if all can.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const bool shares_cores = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+    const bool light_capable = opt_.shm_light && !shares_cores && shm::asymmetric_fences_available();
     if (opt_.shm && local.size() > 1) {
       char nb[96];
       std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()), static_cast<unsigned long long>(nonce_), rank_);
       try {
         seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local.size()), opt_.shm_ring_bytes);
-        rec = std::string(nb) + " " + std::to_string(opt_.shm_ring_bytes);
+        rec = std::string(nb) + " " + std::to_string(opt_.shm_ring_bytes) + (light_capable ? " 1" : " 0");
       } catch (const error& e) {
         log_.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(rank_) + " over TCP");
       }
@@ -594,6 +612,7 @@ class tcp {
     if (!seg_) return;
     peer_segs_.resize(static_cast<std::size_t>(size_));
     const std::uint32_t my_slot = slot_of(rank_);
+    shm_light_ = light_capable;
     for (int j : local) {
       if (j == rank_) continue;
       const std::string r = store_->get("gsync/shm/" + std::to_string(j), dl);
@@ -601,6 +620,8 @@ class tcp {
       const auto sp = r.find(' ');
       if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(j) + ": " + r);
       const std::size_t rb = std::stoull(r.substr(sp + 1));
+      const auto sp2 = r.find(' ', sp + 1);
+      if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") shm_light_ = false;
       peer_segs_[j] = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local.size()), rb);
       auto& c = peers_[j];
       c.shm = true;
@@ -634,7 +655,7 @@ class tcp {
     };
     auto publish = [&] {  // one release store and one wake-up check per piece, header and payload together
       c.out->head.store(head, std::memory_order_release);
-      shm::notify(*c.peer_bell);
+      shm::notify(*c.peer_bell, shm_light_);
       unpublished = false;
     };
     while (!c.q.empty()) {
@@ -694,7 +715,7 @@ class tcp {
   // Publishes what this rank has read from `peer`'s ring, waking the peer if it waits for room.
   void shm_release(peer_conn& c) {
     c.in->tail.store(c.in_pos, std::memory_order_release);
-    shm::notify(*c.peer_bell);
+    shm::notify(*c.peer_bell, shm_light_);
   }
 
   // Reads n payload bytes: copied to dst, or handed to `consume` in pieces that are multiples
@@ -764,13 +785,18 @@ class tcp {
       } while (std::chrono::steady_clock::now() < until);
     }
     auto& bell = seg_.bell();
-    const std::uint32_t seen = shm::arm(bell);
+    const std::uint32_t seen = shm::arm(bell, shm_light_);
     if (shm_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
     // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
     // check after the timed sleep.
     const int ms = std::min(max_sleep_ms, detail::ms_left(dl));
-    shm::sleep(bell, seen, ms);
-    if (shm_progress(in_peer)) return;
+    const bool rang = !shm::sleep(bell, seen, ms);
+    if (shm_progress(in_peer)) {
+      // Progress after a full sleep during which nobody rang: a wake-up was lost (see shm.hpp),
+      // or the data came in the few nanoseconds between the sleep's end and this check.
+      if (!rang && bell.bell.load(std::memory_order_relaxed) == seen) ++shm_late_wakeups_;
+      return;
+    }
     check_shm_peers(in_peer, id);
     if (sockets) watch_idle_sockets(id);
     if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
@@ -975,8 +1001,7 @@ class tcp {
   // for the pending read, when known.
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX) {
     if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
-    stall_check(in_peer, id, dl);
-    cross_check(in_peer, id);
+    if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
     const bool in_shm = in_peer >= 0 && peers_[in_peer].shm;
     if (shm_progress(in_peer)) return;
     const bool sock_in = in_peer >= 0 && !in_shm;
@@ -1068,13 +1093,15 @@ class tcp {
   // GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
   // according to the store: a rank with no record, or one stalled at an earlier op, is the one to
   // look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
-  void stall_check(int in_peer, message_id id, deadline dl) {
-    if (id.seq == 0) return;
-    const auto now = std::chrono::steady_clock::now();
+  // Returns the time it read, or nothing on an operation's first wait (nothing to check yet).
+  // Its clock is detail::tick_clock: read on every wait, at a tenth of a second's precision needed.
+  std::optional<std::chrono::steady_clock::time_point> stall_check(int in_peer, message_id id, deadline dl) {
+    if (id.seq == 0) return std::nullopt;
+    const auto now = detail::tick_clock::now();
     if (id.seq != stall_.seq || id.tag != stall_.tag) {
       withdraw_stall_record();  // the stalled op finished
       stall_ = stall_state{id.tag, id.seq, now, 0};
-      return;
+      return std::nullopt;
     }
     const auto waited = now - stall_.since;
     const auto warn = std::chrono::seconds(opt_.stall_warn_s > 0 ? opt_.stall_warn_s : 1000000000);
@@ -1095,12 +1122,13 @@ class tcp {
       stall_.checked = now;
       if (auto m = other_call(id, now + std::chrono::seconds(2), in_peer)) fail(errc::mismatch, *m);
     }
-    if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return;
+    if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return now;
     stall_.stage = 2;
     std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                       (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
     log_.warn(msg + behind_report(id.seq, now + std::chrono::seconds(2)));
+    return now;
   }
 
   // Sets this rank's stall record back to "0" (no record) if it had published one (best effort).
@@ -1265,9 +1293,9 @@ class tcp {
   // catches the calls where the disagreeing ranks never read from each other (two ranks each
   // believing to be a broadcast's root wait for different parents). Point-to-point messages are
   // numbered per pair and are not compared across peers.
-  void cross_check(int in_peer, message_id id) {
+  void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now) {
     if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag) return;
-    if (std::chrono::steady_clock::now() - stall_.since < std::chrono::milliseconds(100)) return;
+    if (now - stall_.since < std::chrono::milliseconds(100)) return;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || p == in_peer) continue;
       auto& c = peers_[p];
@@ -1403,6 +1431,8 @@ class tcp {
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
   int local_size_ = 1;
+  bool shm_light_ = false;  // every shared-memory rank of this host uses asymmetric fences (shm.hpp)
+  std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()
   int machine_ranks_ = 1;
   std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records  // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
   topology topo_;
