@@ -209,8 +209,8 @@ TEST_CASE("shm: a collective nobody else joins times out at the deadline") {
 }
 
 TEST_CASE("shm: messages of every small size share the ring with their headers, also across the wrap") {
-  // A 4 KiB ring: payloads of 0..100 bytes start right after their 40-byte header (up to 24 bytes
-  // share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
+  // A 4 KiB ring: payloads of 0..100 bytes start right after their stamp and 40-byte header (up to
+  // 16 bytes share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
   // times at shifting offsets. Point-to-point bytes, then allreduces whose receives reduce from
   // the ring in place (8-byte and 2-byte elements).
   ::setenv("GSYNC_SHM_BYTES", "4K", 1);
@@ -287,4 +287,46 @@ TEST_CASE("shm: waiters that sleep at every wait are woken, with membarrier fenc
   ::unsetenv("GSYNC_SHM_MEMBARRIER");
   ::unsetenv("GSYNC_YIELD_US");
   ::unsetenv("GSYNC_SPIN_US");
+}
+
+TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pass for a message") {
+  // A 4 KiB ring, fresh. Message A (3984 bytes) fills ring offsets 48..4032 with words that hold
+  // what a stamp without a key (position + 1) of the next lap would be at their position; two
+  // empty messages follow (at 4032 and 4096), so message D starts at 4160 (offset 64, over A's
+  // payload). The receiver waits for D while the sender sleeps: a reader fooled by A's bytes
+  // would take them for D's header (a mismatch error) or return them as D's payload.
+  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
+  errors errs;
+  gsync_test::run_shm(2, [&](auto& comm, gsync_test::world_sync&) {
+    const int r = comm.rank();
+    std::string err;
+    if (r == 1 && comm.transport().shm_read_position(0) != 0) err = "the ring from rank 0 is not fresh: the layout below assumes it";
+    std::vector<std::uint64_t> a(3984 / 8), d(2), got_a(a.size()), got_d(2, 0);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = 48 + 8 * i + 4096 + 1;
+    d = {0x1122334455667788ull, 42};
+    const std::span<const std::uint64_t> none;
+    try {
+      if (r == 0) {
+        gsync::send(comm, std::span<const std::uint64_t>{a}, 1, 7);
+        gsync::send(comm, none, 1, 7);
+        gsync::send(comm, none, 1, 7);
+        std::this_thread::sleep_for(50ms);
+        gsync::send(comm, std::span<const std::uint64_t>{d}, 1, 8);
+      } else {
+        std::span<std::uint64_t> empty;
+        gsync::recv(comm, std::span<std::uint64_t>{got_a}, 0, 7);
+        gsync::recv(comm, empty, 0, 7);
+        gsync::recv(comm, empty, 0, 7);
+        if (comm.transport().shm_read_position(0) != 4144) err = "ring position " + std::to_string(comm.transport().shm_read_position(0)) + ", expected 4144";
+        gsync::recv(comm, std::span<std::uint64_t>{got_d}, 0, 8);
+        if (got_a != a) err = "message A corrupted";
+        if (got_d != d) err = "message D read as " + std::to_string(got_d[0]) + ", " + std::to_string(got_d[1]);
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    errs.add("rank " + std::to_string(r), err);
+  }, cfg_with_timeout(10s));
+  ::unsetenv("GSYNC_SHM_BYTES");
+  errs.report();
 }

@@ -310,6 +310,10 @@ class tcp {
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
   /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
   std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
+  /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
+  std::uint64_t shm_read_position(int peer) const noexcept {
+    return peer >= 0 && peer < size_ && peers_[static_cast<std::size_t>(peer)].shm ? peers_[static_cast<std::size_t>(peer)].in_pos : 0;
+  }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
 
   /// Aborts this endpoint; thread-safe, callable while another thread waits in it. Records
@@ -456,10 +460,15 @@ class tcp {
     std::byte* out_data = nullptr;
     std::uint64_t out_cap = 0;
     std::uint64_t out_tail = 0;         // the consumer's tail as last read (reread only when short of room)
+    std::uint64_t out_key = 0;          // stamp key of `out` (shm.hpp)
     shm::ring_ctl* in = nullptr;        // ring the peer writes, in this rank's segment
     std::byte* in_data = nullptr;
     std::uint64_t in_cap = 0;
     std::uint64_t need_head = 0;        // a wait on `in` ends once head reaches this
+    std::uint64_t need_stamp = 0;       // ... or, when not 0, once this stamp is at in_data + stamp_at
+    std::uint64_t stamp_at = 0;
+    std::uint64_t in_known = 0;         // `in` holds bytes up to here (a stamp or head said so)
+    std::uint64_t in_key = 0;           // stamp key of `in`
     std::uint64_t in_pos = 0;           // bytes of `in` read; published as its tail after each piece
     bool closed = false;                 // seen closed while not waited for, with no failure record
     shm::doorbell* peer_bell = nullptr;  // the peer's doorbell
@@ -628,17 +637,20 @@ class tcp {
       c.out = &peer_segs_[j].ctl(my_slot);
       c.out_data = peer_segs_[j].data(my_slot);
       c.out_cap = rb;
+      c.out_key = c.out->stamp_key;
       std::memset(c.out_data, 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
       c.in = &seg_.ctl(slot_of(j));
       c.in_data = seg_.data(slot_of(j));
       c.in_cap = opt_.shm_ring_bytes;
+      c.in_key = c.in->stamp_key;
       c.peer_bell = &peer_segs_[j].bell();
       shm_peers_.push_back(j);
     }
   }
 
   // Copies as much of `peer`'s queue into its ring as there is room for. Returns true if any
-  // byte moved. Messages start on 64-byte boundaries: [frame header][payload].
+  // byte moved. Messages start on 64-byte boundaries: [stamp][frame header][payload]; the stamp
+  // goes in once the header and the payload's stamped bytes are written (shm.hpp).
   bool pump_shm(int peer) {
     auto& c = peers_[peer];
     const std::uint64_t cap = c.out_cap;
@@ -662,10 +674,14 @@ class tcp {
       auto& op = c.q.front();
       if (op.done == 0) {
         const std::uint64_t start = shm::align64(head);
-        if (!room(start - head + shm::header_slot)) break;
-        std::memcpy(c.out_data + start % cap, &op.h, sizeof op.h);
-        head = start + shm::header_slot;
-        op.done = sizeof(frame_header);
+        const std::size_t first = shm::stamped_payload(start, op.n, cap);
+        if (!room(start - head + shm::header_slot + first)) break;
+        std::byte* at = c.out_data + start % cap;
+        std::memcpy(at + shm::header_offset, &op.h, sizeof op.h);
+        if (first) std::memcpy(at + shm::header_slot, op.p, first);
+        shm::put_stamp(at, shm::stamp_of(start, c.out_key));
+        head = start + shm::header_slot + first;
+        op.done = sizeof(frame_header) + first;
         moved = unpublished = true;
       }
       while (op.done < sizeof(frame_header) + op.n) {
@@ -697,19 +713,28 @@ class tcp {
     return moved;
   }
 
-  // True once `peer`'s ring holds what the pending read needs (head >= need_head).
-  bool shm_ready(int peer) const { return peers_[peer].in->head.load(std::memory_order_acquire) >= peers_[peer].need_head; }
+  // True once `peer`'s ring holds what the pending read needs: the next message's stamp (a wait
+  // for a header), or head >= need_head (a wait for more payload).
+  bool shm_ready(int peer) const {
+    const auto& c = peers_[peer];
+    if (c.need_stamp) return shm::get_stamp(c.in_data + c.stamp_at) == c.need_stamp;
+    return c.in->head.load(std::memory_order_acquire) >= c.need_head;
+  }
 
-  // Reads the next message's header. The tail is published with the payload's first piece (or
-  // at its end, for an empty payload): one store and one wake-up check per small message.
+  // Reads the next message's header, waiting for its stamp (the stamped payload bytes are then
+  // known to be there too). The tail is published with the payload's first piece (or at its end,
+  // for an empty payload): one store and one wake-up check per small message.
   void shm_read_header(int peer, frame_header& h, deadline dl, message_id id) {
-    static_assert(sizeof(frame_header) == shm::header_slot);
+    static_assert(sizeof(frame_header) == shm::header_slot - shm::header_offset);
     auto& c = peers_[peer];
     const std::uint64_t start = shm::align64(c.in_pos);
-    c.need_head = start + shm::header_slot;
+    c.stamp_at = start % c.in_cap;
+    c.need_stamp = shm::stamp_of(start, c.in_key);
     while (!shm_ready(peer)) wait_progress(peer, dl, id);
-    std::memcpy(&h, c.in_data + start % c.in_cap, sizeof h);
+    c.need_stamp = 0;
+    std::memcpy(&h, c.in_data + c.stamp_at + shm::header_offset, sizeof h);
     c.in_pos = start + shm::header_slot;
+    c.in_known = c.in_pos + shm::stamped_payload(start, static_cast<std::size_t>(h.bytes), c.in_cap);
   }
 
   // Publishes what this rank has read from `peer`'s ring, waking the peer if it waits for room.
@@ -726,7 +751,8 @@ class tcp {
     std::size_t got = 0;
     while (got < n) {
       const std::uint64_t tail = c.in_pos;
-      const std::uint64_t avail = c.in->head.load(std::memory_order_acquire) - tail;
+      if (c.in_known < tail + (n - got)) c.in_known = std::max(c.in_known, c.in->head.load(std::memory_order_acquire));
+      const std::uint64_t avail = c.in_known - tail;
       const std::uint64_t pos = tail % c.in_cap;
       std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>({avail, c.in_cap - pos, n - got}));
       if (consume) k -= k % align;
@@ -1302,8 +1328,8 @@ class tcp {
       frame_header h;
       if (c.shm) {
         const std::uint64_t start = shm::align64(c.in_pos);
-        if (c.in->head.load(std::memory_order_acquire) < start + shm::header_slot) continue;
-        std::memcpy(&h, c.in_data + start % c.in_cap, sizeof h);
+        if (shm::get_stamp(c.in_data + start % c.in_cap) != shm::stamp_of(start, c.in_key)) continue;
+        std::memcpy(&h, c.in_data + start % c.in_cap + shm::header_offset, sizeof h);
       } else {
         if (c.fd < 0 || c.closed) continue;
         if (::recv(c.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) continue;
