@@ -362,6 +362,15 @@ class tcp {
     if (id.tag < 0x80000000u) cur_op_ = id.seq;
     check_peer(peer);
     auto& c = peers_[peer];
+    if (c.shm && c.q.empty()) {
+      // Nothing queued before it: a message whose payload its stamp covers goes into the ring now
+      // if there is room, without a trip through the queue.
+      std::uint64_t head = c.out->head.load(std::memory_order_relaxed);
+      if (shm::stamped_payload(shm::align64(head), n, c.out_cap) == n && shm_begin(c, head, make_header(id, n), src, n) != SIZE_MAX) {
+        shm_publish(c, head);
+        return;
+      }
+    }
     c.q.push_back(send_op{make_header(id, n), src, n, 0});
     ++queued_;
     if (c.shm) {
@@ -655,41 +664,25 @@ class tcp {
     auto& c = peers_[peer];
     const std::uint64_t cap = c.out_cap;
     std::uint64_t head = c.out->head.load(std::memory_order_relaxed);  // only this rank writes it
-    // The tail as last read: it only grows, so it errs on the safe side, and rereading it (a cache
-    // line the consumer writes after every message) only when it shows too little room saves a
-    // cache-line transfer per message.
-    std::uint64_t tail = c.out_tail;
     bool moved = false, unpublished = false;
-    auto room = [&](std::uint64_t need) {
-      if (head + need - tail <= cap) return true;
-      c.out_tail = tail = c.out->tail.load(std::memory_order_acquire);
-      return head + need - tail <= cap;
-    };
     auto publish = [&] {  // one release store and one wake-up check per piece, header and payload together
-      c.out->head.store(head, std::memory_order_release);
-      shm::notify(*c.peer_bell, shm_light_);
+      shm_publish(c, head);
       unpublished = false;
     };
     while (!c.q.empty()) {
       auto& op = c.q.front();
       if (op.done == 0) {
-        const std::uint64_t start = shm::align64(head);
-        const std::size_t first = shm::stamped_payload(start, op.n, cap);
-        if (!room(start - head + shm::header_slot + first)) break;
-        std::byte* at = c.out_data + start % cap;
-        std::memcpy(at + shm::header_offset, &op.h, sizeof op.h);
-        if (first) std::memcpy(at + shm::header_slot, op.p, first);
-        shm::put_stamp(at, shm::stamp_of(start, c.out_key));
-        head = start + shm::header_slot + first;
+        const std::size_t first = shm_begin(c, head, op.h, op.p, op.n);
+        if (first == SIZE_MAX) break;
         op.done = sizeof(frame_header) + first;
         moved = unpublished = true;
       }
       while (op.done < sizeof(frame_header) + op.n) {
-        if (!room(1)) break;
+        if (!shm_room(c, head, 1)) break;
         const std::size_t off = op.done - sizeof(frame_header);
         const std::uint64_t pos = head % cap;
         const std::size_t k = static_cast<std::size_t>(
-            std::min<std::uint64_t>({cap - (head - tail), cap - pos, op.n - off, shm_chunk}));
+            std::min<std::uint64_t>({cap - (head - c.out_tail), cap - pos, op.n - off, shm_chunk}));
         std::memcpy(c.out_data + pos, op.p + off, k);
         head += k;
         op.done += k;
@@ -703,6 +696,37 @@ class tcp {
       --shm_queued_;
     }
     return moved;
+  }
+
+  // True when `c`'s ring has room for `need` more bytes at `head`. The consumer's tail is used
+  // as last read: it only grows, so it errs on the safe side, and rereading it (a cache line the
+  // consumer writes after every message) only when it shows too little room saves a cache-line
+  // transfer per message.
+  bool shm_room(peer_conn& c, std::uint64_t head, std::uint64_t need) {
+    if (head + need - c.out_tail <= c.out_cap) return true;
+    c.out_tail = c.out->tail.load(std::memory_order_acquire);
+    return head + need - c.out_tail <= c.out_cap;
+  }
+
+  // Starts message (h, p, n) in `c`'s ring at the first 64-byte boundary from `head`, if there is
+  // room for its header and stamped payload bytes: writes them, then the stamp, and moves `head`
+  // past them. Returns the payload bytes written, or SIZE_MAX (nothing written) without room.
+  std::size_t shm_begin(peer_conn& c, std::uint64_t& head, const frame_header& h, const std::byte* p, std::size_t n) {
+    const std::uint64_t start = shm::align64(head);
+    const std::size_t first = shm::stamped_payload(start, n, c.out_cap);
+    if (!shm_room(c, head, start - head + shm::header_slot + first)) return SIZE_MAX;
+    std::byte* at = c.out_data + start % c.out_cap;
+    std::memcpy(at + shm::header_offset, &h, sizeof h);
+    if (first) std::memcpy(at + shm::header_slot, p, first);
+    shm::put_stamp(at, shm::stamp_of(start, c.out_key));
+    head = start + shm::header_slot + first;
+    return first;
+  }
+
+  // Publishes `c`'s head (release) and wakes the consumer if it sleeps.
+  void shm_publish(peer_conn& c, std::uint64_t head) {
+    c.out->head.store(head, std::memory_order_release);
+    shm::notify(*c.peer_bell, shm_light_);
   }
 
   bool pump_all_shm() {
@@ -1238,7 +1262,12 @@ class tcp {
 
   // Checks a received header; `have` holds the `got` bytes that followed it (TCP), so that a
   // failure notice can be read out.
+  // The expected frame passes inline; anything else goes to the out-of-line report.
   void check(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+    if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && h.bytes == n && h.fp == id.fp) [[likely]] return;
+    bad_frame(h, id, n, peer, have, got);
+  }
+  [[gnu::cold, gnu::noinline]] void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
     if (h.magic == notice_magic) on_notice(peer, h, have, got, id);
     try {
       check_header(h, id, n, rank_, peer);
@@ -1302,13 +1331,20 @@ class tcp {
       }
     }
   }
+  // The checks at the entry of every transport call: inline tests, out-of-line errors (the hot
+  // path of a small message stays a few instructions).
   void check_peer(int peer) const {
-    if (peer < 0 || peer >= size_ || peer == rank_)
-      throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer));
+    if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void bad_peer(int peer) const {
+    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer));
   }
   void check_usable() {
-    if (!broken_ && aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
-    if (broken_) throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
+    if (broken_ || aborted_.load(std::memory_order_acquire)) [[unlikely]] unusable();
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void unusable() {
+    if (!broken_) fail(errc::aborted, "");
+    throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
   }
   static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
   static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
