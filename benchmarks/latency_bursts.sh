@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 for b in "$build/tools/gsyncrun" "$build/benchmarks/gsync-latency" "$build/benchmarks/ompi_latency"; do
-  [ -x "$b" ] || { echo "latency_bursts.sh: $b is missing (build the gsync-latency and ompi_latency targets)" >&2; exit 1; }
+  [ -x "$b" ] || { echo "latency_bursts.sh: $b is missing (cmake --build '$build' --target gsync-latency ompi_latency)" >&2; exit 1; }
 done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
