@@ -36,10 +36,10 @@
 /// the host has registered for membarrier(2)'s GLOBAL_EXPEDITED command, the fences are made
 /// asymmetric: the producer's becomes a compiler barrier only, and a sleeper, on its way to sleep,
 /// issues membarrier(GLOBAL_EXPEDITED), which runs a full barrier on every CPU that is running a
-/// registered process. Either that barrier falls between a producer's store of `head` and its load
-/// of `sleepers` (the store is visible to the sleeper's re-check), or before the store (the load
-/// sees `sleepers` set), or after both (the store was drained by the barrier before the sleeper's
-/// re-check). The sleeper pays a few microseconds, once per sleep, which follows a spin of
+/// registered process. Either that barrier falls between a producer's stores (the stamp, then
+/// `head`) and its load of `sleepers` (the stores are visible to the sleeper's re-check of the
+/// stamp or `head`), or before the stores (the load sees `sleepers` set), or after both (the
+/// stores were drained by the barrier before the sleeper's re-check). The sleeper pays a few microseconds, once per sleep, which follows a spin of
 /// tens of microseconds or more. Should the call fail after a successful registration, a wake-up may
 /// be lost: sleeps are timed (at most 100 ms), and the waiter re-checks after each one.
 ///
