@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -44,11 +45,17 @@ void one(Comm& comm, gsync_test::world_sync& sync, errors& errs, std::size_t cou
   sync.bar.arrive_and_wait();
 }
 
+// The largest count: a prime near 10^5 in 64 KiB segments, or GSYNC_TEST_MEDIUM elements (the
+// sanitizer stage sets 4099) in 2 KiB segments; several segments per host's slice either way.
+const char* const medium_env = std::getenv("GSYNC_TEST_MEDIUM");
+const std::size_t big_count = medium_env ? std::stoull(medium_env) : 99991;
+const std::size_t big_segment = medium_env ? 2 << 10 : 64 << 10;
+
 template <class Algo, class Comm>
 void workload(Comm& comm, gsync_test::world_sync& sync, errors& errs, const std::string& where) {
   const std::size_t n = static_cast<std::size_t>(comm.size());
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, std::size_t{257}, std::size_t{99991}}) {
-    comm.set_segment_bytes(count == 257 ? 16 : 64 << 10);
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, std::size_t{257}, big_count}) {
+    comm.set_segment_bytes(count == 257 ? 16 : count == big_count ? big_segment : 64 << 10);
     for (int ip = 0; ip < 2; ++ip) {
       one<float, gsync::op::sum, Algo>(comm, sync, errs, count, ip, where);
       one<float, gsync::op::avg, Algo>(comm, sync, errs, count, ip, where);
@@ -90,7 +97,7 @@ TEST_CASE("hierarchical allreduce, in-process ranks placed on hosts") {
           workload<hier_rd>(comm, sync, errs, where + " hier<ring,rd>");
           workload<hier_tree_ring>(comm, sync, errs, where + " hier<tree,ring>");
           workload<hier_rd_hd>(comm, sync, errs, where + " hier<rd,hd>");
-          one<float, gsync::op::avg, hier_hd_direct>(comm, sync, errs, 99991, false, where + " hier<hd,direct>");
+          one<float, gsync::op::avg, hier_hd_direct>(comm, sync, errs, big_count, false, where + " hier<hd,direct>");
           one<std::int32_t, gsync::op::sum, hier_hd_direct>(comm, sync, errs, 5, true, where + " hier<hd,direct>");
         });
     for (auto& e : errs.list) FAIL_CHECK(e);

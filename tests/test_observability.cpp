@@ -421,6 +421,51 @@ TEST_CASE("op_counters: one buffer reused for different kinds, kinds inserted be
   CHECK(c.snapshot().size() == 1);
 }
 
+TEST_CASE("op_counters: record_static finds kinds by address, and by name the first time") {
+  gsync::op_counters c;
+  static const char send_a[] = "send";
+  static const char send_b[] = "send";  // another address, the same kind
+  static const char recv[] = "recv";
+  c.record_static(send_a, 1, 0.0);
+  c.record_static(recv, 2, 0.0);
+  c.record_static(send_b, 4, 0.0);
+  c.record("send", 8, 0.0);  // by name: the same entry
+  c.record_static(send_a, 16, 0.001, true);
+  CHECK(c.get("send").calls == 4);
+  CHECK(c.get("send").bytes == 29);
+  CHECK(c.get("send").failures == 1);
+  CHECK(c.get("recv").bytes == 2);
+  // More kinds than the address cache holds still land on their own entries.
+  static const char names[20][8] = {"k00", "k01", "k02", "k03", "k04", "k05", "k06", "k07", "k08", "k09",
+                                    "k10", "k11", "k12", "k13", "k14", "k15", "k16", "k17", "k18", "k19"};
+  for (int round = 0; round < 3; ++round)
+    for (int i = 0; i < 20; ++i) c.record_static(names[i], static_cast<std::uint64_t>(i), 0.0);
+  for (int i = 0; i < 20; ++i) {
+    CHECK(c.get(names[i]).calls == 3);
+    CHECK(c.get(names[i]).bytes == 3u * static_cast<std::uint64_t>(i));
+  }
+  CHECK(c.snapshot().size() == 22);
+  CHECK(c.snapshot().front().first == "k00");  // sorted by kind
+  CHECK(c.snapshot().back().first == "send");
+  // reset forgets the addresses with the kinds; a copy starts from the names.
+  c.reset();
+  c.record_static(recv, 1, 0.0);
+  c.record_static(send_a, 1, 0.0);
+  CHECK(c.get("recv").calls == 1);
+  CHECK(c.get("send").calls == 1);
+  gsync::op_counters copy = c;
+  copy.record_static(send_b, 2, 0.0);
+  CHECK(copy.get("send").calls == 2);
+  CHECK(c.get("send").calls == 1);
+  copy = gsync::op_counters{};
+  copy.record_static(send_a, 2, 0.0);
+  CHECK(copy.snapshot().size() == 1);
+  CHECK(copy.get("send").bytes == 2);
+  CHECK_THROWS_AS(c.record_static(nullptr, 1, 0.0), gsync::error);
+  CHECK_THROWS_AS(c.record_static("", 1, 0.0), gsync::error);
+  CHECK_THROWS_AS(c.record_static(send_a, 1, -1.0), gsync::error);
+}
+
 TEST_CASE("tick_clock: readings never go backwards and match steady_clock (rate measured, base re-read)") {
   // 60 ms of readings: the first 2 ms come from steady_clock, then from the time-stamp counter
   // (where the kernel's clock source is "tsc"), across several ~10 ms re-bases. Each reading must

@@ -81,7 +81,7 @@ tsan_filter=("-tce=shm: same-host ranks use shared memory*")
 # -g1: line tables and function names, all that sanitizer stacks use (inlined frames included);
 # full -g makes these compiles ~45% slower (GSYNC_SANITIZE_DEBUG=-g to have it anyway).
 debug=${GSYNC_SANITIZE_DEBUG:--g1}
-common=(-std=c++20 "$debug" -fno-omit-frame-pointer -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
+common=(-std=c++20 "$debug" -fno-omit-frame-pointer -DGSYNC_TEST_SANITIZE -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
 asan_flags=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 tsan_flags=(-fsanitize=thread)
 supp=tests/sanitize_suppressions
@@ -206,18 +206,63 @@ for s in "${sans[@]}"; do queue+=("$s test_main"); done
 
 compile_failed=0
 t_build=$(date +%s)
+san_setup() {  # san_setup SAN: sets c, flags, b and opt for that build
+  if [ "$1" = asan ]; then c=$cxx_asan; flags=("${asan_flags[@]}"); opt=-O0; else c=$cxx_tsan; flags=("${tsan_flags[@]}"); opt=-O1; fi
+  b="$out/build-$1"
+}
+
+# A precompiled header per build (doctest, Asio and gsync, which every test file parses: about
+# 8 s of each compile), made first; test_main.cpp goes without (it defines doctest's main before
+# including it). GSYNC_SANITIZE_PCH=0 compiles without one; a header that fails to precompile is
+# reported and the build goes on without it.
+declare -A pch_use=()
+pch_make() {  # pch_make SAN: (re)builds that build's header when stale; prints what happened
+  local s=$1 c flags b opt cmd hdr pchf
+  san_setup "$s"
+  hdr="$b/pch/gsync_tests_pch.hpp"
+  mkdir -p "$b/pch"
+  printf '#include <doctest/doctest.h>\n#include <gsync/gsync.hpp>\n#include <gsync/grad.hpp>\n' >"$hdr.new"
+  cmp -s "$hdr.new" "$hdr" && rm -f "$hdr.new" || mv "$hdr.new" "$hdr"
+  if "$c" --version 2>/dev/null | grep -qi clang; then pchf="$hdr.pch"; else pchf="$hdr.gch"; fi
+  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} -x c++-header $hdr"
+  if stale "$pchf" "$b/pch/pch.d" "$b/pch/pch.cmd" "$cmd"; then
+    rm -f "$pchf" "$b/pch/pch.cmd"
+    local s0=$(date +%s)
+    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" -MMD -MF "$b/pch/pch.d" -x c++-header "$hdr" -o "$pchf" >"$b/pch/pch.log" 2>&1; then
+      printf '%s\n' "$cmd" >"$b/pch/pch.cmd"
+      echo "sanitize: $s precompiled header ($(( $(date +%s) - s0 )) s)"
+    else
+      echo "sanitize: $s: the precompiled header failed, compiling without it:"; head -10 "$b/pch/pch.log"
+      rm -f "$pchf"
+    fi
+  fi
+}
+if [ "${GSYNC_SANITIZE_PCH:-1}" = 1 ]; then
+  for s in "${sans[@]}"; do pch_make "$s" & done
+  wait
+  for s in "${sans[@]}"; do
+    san_setup "$s"
+    hdr="$b/pch/gsync_tests_pch.hpp"
+    if [ -f "$hdr.pch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include-pch $hdr.pch"
+    elif [ -f "$hdr.gch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include $hdr"
+    fi
+  done
+fi
+
 start_compile() {  # start_compile SAN TEST: compiles in the background unless the object is fresh
-  local s=$1 t=$2 c flags b cmd opt
-  if [ "$s" = asan ]; then c=$cxx_asan; flags=("${asan_flags[@]}"); else c=$cxx_tsan; flags=("${tsan_flags[@]}"); fi
-  b="$out/build-$s"
-  opt=-O1
-  [ "$s" = asan ] && opt=-O0
-  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} -c tests/$t.cpp"
+  local s=$1 t=$2 c flags b cmd opt pch=()
+  san_setup "$s"
+  [ "$t" != test_main ] && [ -n "${pch_use[$s]:-}" ] && read -r -a pch <<<"${pch_use[$s]}"
+  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} ${pch[*]} -c tests/$t.cpp"
+  # An object older than the header it was compiled with is stale too.
+  if [ ${#pch[@]} -gt 0 ] && [ -f "$b/$t.o" ] && [ "${pch[-1]}" -nt "$b/$t.o" -o "${pch[-1]}.pch" -nt "$b/$t.o" -o "${pch[-1]}.gch" -nt "$b/$t.o" ]; then
+    rm -f "$b/$t.cmd"
+  fi
   stale "$b/$t.o" "$b/$t.d" "$b/$t.cmd" "$cmd" || return 0
   rm -f "$b/$t.o" "$b/$t.cmd"
   (
     s0=$(date +%s)
-    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" -MMD -MF "$b/$t.d" -c "tests/$t.cpp" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
+    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" "${pch[@]}" -MMD -MF "$b/$t.d" -c "tests/$t.cpp" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
       printf '%s\n' "$cmd" >"$b/$t.cmd"  # written only on success: marks the object as good
       echo "sanitize: $s $t.o ($(( $(date +%s) - s0 )) s)"
     else

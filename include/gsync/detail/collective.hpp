@@ -117,7 +117,7 @@ class op_scope {
     const bool failed = std::uncaught_exceptions() > unwinding_;
     const std::uint64_t bytes = payload_bytes(id_.fp);
     try {
-      comm_.counters().record(kind_, bytes, std::chrono::duration<double>(end - start_).count(), failed);
+      comm_.counters().record_static(kind_, bytes, std::chrono::duration<double>(end - start_).count(), failed);
       if (trace_writer* w = comm_.trace()) {
         std::string args = "{\"op\":" + std::to_string(id_.seq & ~(std::uint64_t{1} << 63)) + ",\"bytes\":" + std::to_string(bytes);
         if (id_.fp.dtype) args += ",\"dtype\":\"" + std::string(name(static_cast<dtype>(id_.fp.dtype - 1))) + "\",\"count\":" + std::to_string(id_.fp.count);
