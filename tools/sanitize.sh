@@ -215,7 +215,7 @@ san_setup() {  # san_setup SAN: sets c, flags, b and opt for that build
 # 8 s of each compile), made first; test_main.cpp goes without (it defines doctest's main before
 # including it). GSYNC_SANITIZE_PCH=0 compiles without one; a header that fails to precompile is
 # reported and the build goes on without it.
-declare -A pch_use=()
+declare -A pch_use=() pch_file=()  # per build: the compiler flags that use it, the file they read
 pch_make() {  # pch_make SAN: (re)builds that build's header when stale; prints what happened
   local s=$1 c flags b opt cmd hdr pchf
   san_setup "$s"
@@ -243,8 +243,8 @@ if [ "${GSYNC_SANITIZE_PCH:-1}" = 1 ]; then
   for s in "${sans[@]}"; do
     san_setup "$s"
     hdr="$b/pch/gsync_tests_pch.hpp"
-    if [ -f "$hdr.pch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include-pch $hdr.pch"
-    elif [ -f "$hdr.gch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include $hdr"
+    if [ -f "$hdr.pch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include-pch $hdr.pch" pch_file[$s]=$hdr.pch
+    elif [ -f "$hdr.gch" ] && [ -f "$b/pch/pch.cmd" ]; then pch_use[$s]="-include $hdr" pch_file[$s]=$hdr.gch
     fi
   done
 fi
@@ -255,9 +255,7 @@ start_compile() {  # start_compile SAN TEST: compiles in the background unless t
   [ "$t" != test_main ] && [ -n "${pch_use[$s]:-}" ] && read -r -a pch <<<"${pch_use[$s]}"
   cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} ${pch[*]} -c tests/$t.cpp"
   # An object older than the header it was compiled with is stale too.
-  if [ ${#pch[@]} -gt 0 ] && [ -f "$b/$t.o" ] && [ "${pch[-1]}" -nt "$b/$t.o" -o "${pch[-1]}.pch" -nt "$b/$t.o" -o "${pch[-1]}.gch" -nt "$b/$t.o" ]; then
-    rm -f "$b/$t.cmd"
-  fi
+  [ ${#pch[@]} -gt 0 ] && [ "${pch_file[$s]}" -nt "$b/$t.o" ] && rm -f "$b/$t.cmd"
   stale "$b/$t.o" "$b/$t.d" "$b/$t.cmd" "$cmd" || return 0
   rm -f "$b/$t.o" "$b/$t.cmd"
   (
