@@ -1,6 +1,7 @@
 // The collectives sweep: reduce_scatter, allgather, broadcast, reduce and alltoall, each with every
 // algorithm that implements it plus the automatic choice, over world sizes 1..8, per-rank counts
-// {0, 1, N-1, 37 with 16-byte segments, 10007 with 4 KiB segments, a large one}, in place and out
+// {0, 1, N-1, 37 with 16-byte segments, 10007 with 4 KiB segments (4099 with 1 KiB under the
+// sanitizers), a large one}, in place and out
 // of place, over the in-process transport and real TCP on loopback. reduce_scatter runs every
 // dtype x every op (under the sanitizers a covering subset: every dtype, every op); reduce every op over a
 // representative dtype subset; the others that subset (under the sanitizers one dtype per element width).
@@ -41,12 +42,17 @@ std::size_t large_scaled(std::size_t dflt, std::size_t div) {
 }
 const std::size_t large_block = large_scaled(std::size_t{1} << 18, 4);
 const std::size_t large_alltoall_block = large_scaled(std::size_t{1} << 15, 32);
+// The uneven prime: 10007 elements in 4 KiB segments, or 4099 in 1 KiB segments when
+// GSYNC_TEST_MEDIUM is set (the sanitizer stage): several uneven segments for every element size.
+const bool medium_small = std::getenv("GSYNC_TEST_MEDIUM") != nullptr;
+const std::size_t medium_block = medium_small ? 4099 : 10007;
+const std::size_t medium_segment = medium_small ? 1 << 10 : 4 << 10;
 
 std::vector<count_case> counts_for(int n, std::size_t large) {
   std::vector<count_case> v{{0, 512 << 10, false}, {1, 4, false}};
   if (n > 2) v.push_back({static_cast<std::size_t>(n - 1), 4, false});
   v.push_back({37, 16, false});        // many tiny segments
-  v.push_back({10007, 4 << 10, false});  // a prime: uneven segments
+  v.push_back({medium_block, medium_segment, false});  // a prime: uneven segments
   v.push_back({large, 512 << 10, true});
   return v;
 }

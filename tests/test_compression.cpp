@@ -11,6 +11,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -168,7 +169,10 @@ template <class Comm>
 void sweep_world(Comm& comm, gsync_test::world_sync& sync) {
   const int N = comm.size(), r = comm.rank();
   const std::size_t un = static_cast<std::size_t>(N);
-  const std::vector<std::size_t> counts = {0, 1, un > 1 ? un - 1 : 2, 1001, 64 * un + 3, 100003};
+  // The largest: 100003, or 65537 under the sanitizers (GSYNC_TEST_LARGE set), still above the
+  // 2^16 elements where top-k starts to select by sampling.
+  const std::size_t largest = std::getenv("GSYNC_TEST_LARGE") ? 65537 : 100003;
+  const std::vector<std::size_t> counts = {0, 1, un > 1 ? un - 1 : 2, 1001, 64 * un + 3, largest};
   std::uint64_t salt = 0;
   for (const std::size_t n : counts) {
     for (const kind k : all_kinds) {

@@ -72,11 +72,17 @@ struct errors {
   }
 };
 
+// The largest count: a prime near 10^6 in 512 KiB segments, or GSYNC_TEST_LARGE elements (the
+// sanitizer stage sets 32768) in 16 KiB segments; eight or more segments a message either way.
+const char* const large_env = std::getenv("GSYNC_TEST_LARGE");
+const std::size_t big_count = large_env ? std::stoull(large_env) : 999983;
+const std::size_t big_segment = large_env ? 16 << 10 : 512 << 10;
+
 template <class Comm>
 void mixed_workload(Comm& comm, gsync_test::world_sync& sync, errors& errs) {
   const std::string w = "rank " + std::to_string(comm.rank()) + " N=" + std::to_string(comm.size());
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{257}, std::size_t{999983}}) {
-    comm.set_segment_bytes(count == 257 ? 16 : 512 << 10);
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{257}, big_count}) {
+    comm.set_segment_bytes(count == 257 ? 16 : big_segment);
     errs.add(w + " float sum ring " + std::to_string(count), check_allreduce<float, gsync::op::sum, gsync::algo::ring>(comm, sync, count));
     errs.add(w + " half avg ring " + std::to_string(count), check_allreduce<gsync::half, gsync::op::avg, gsync::algo::ring>(comm, sync, count));
     errs.add(w + " int64 max rd " + std::to_string(count),

@@ -48,6 +48,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/half.hpp"
 #include "gsync/core/ops.hpp"
+#include "gsync/detail/function_ref.hpp"
 
 namespace {
 
@@ -591,9 +592,18 @@ void print_row(const row& r) {
   std::fflush(stdout);
 }
 
-/// Benchmarks (and checks) every size for element type `T`, operator `Op` and algorithm `Algo`.
-template <class T, class Op, class Algo>
-void run_case(bench& b) {
+/// One allreduce of `count` elements from `in` to `out` (in place when they are equal), with the
+/// algorithm the case was instantiated for.
+template <class T>
+using allreduce_call = gsync::detail::function_ref<void(const T* in, T* out, std::size_t count)>;
+/// The name of the algorithm that ran for a message of `bytes`.
+using algo_name_of = gsync::detail::function_ref<std::string(std::size_t bytes)>;
+
+/// Benchmarks (and checks) every size for element type `T` and operator `Op`, running `call`.
+/// Not templated on the algorithm: only `call` is, so the filling, timing and checking code is
+/// compiled once per (T, Op) rather than once per algorithm too.
+template <class T, class Op>
+void run_case(bench& b, allreduce_call<T> call, algo_name_of algo_ran) {
   auto& comm = b.comm;
   const options& o = b.opt;
   const int rank = comm.rank(), world = comm.size();
@@ -611,12 +621,7 @@ void run_case(bench& b) {
     const std::size_t bytes = count * sizeof(T);
     T* const data = in.data();
     T* const res = o.inplace ? in.data() : out.data();
-    auto run_once = [&] {
-      if (o.inplace)
-        gsync::allreduce<Algo>(comm, std::span<T>{data, count}, Op{});
-      else
-        gsync::allreduce<Algo>(comm, std::span<const T>{data, count}, std::span<T>{res, count}, Op{});
-    };
+    auto run_once = [&] { call(data, res, count); };
 
     row r;
     if (o.check) {
@@ -640,13 +645,25 @@ void run_case(bench& b) {
     r.count = count;
     r.dtype = std::string(gsync::name(gsync::dtype_of<T>));
     r.redop = std::string(Op::name);
-    r.algo = algo_ran<Algo>(comm, bytes);
+    r.algo = algo_ran(bytes);
     r.time_us = time_us;
     r.algbw = time_us > 0 ? static_cast<double>(bytes) / time_us / 1e3 : 0.0;
     r.busbw = r.algbw * 2.0 * (world - 1) / world;
     if (rank == 0) print_row(r);
     b.rows.push_back(std::move(r));
   }
+}
+
+/// run_case with algorithm policy `Algo`.
+template <class T, class Op, class Algo>
+void run_case_with(bench& b) {
+  auto& comm = b.comm;
+  auto call = [&comm](const T* in, T* out, std::size_t count) {
+    if (in == out) gsync::allreduce<Algo>(comm, std::span<T>{out, count}, Op{});
+    else gsync::allreduce<Algo>(comm, std::span<const T>{in, count}, std::span<T>{out, count}, Op{});
+  };
+  auto ran = [&comm](std::size_t bytes) { return algo_ran<Algo>(comm, bytes); };
+  run_case<T, Op>(b, call, ran);
 }
 
 /// True when policy `Algo` can run collective `c` for element `T` and operator `Op` (automatic can).
@@ -694,15 +711,22 @@ std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t byt
   }
 }
 
+/// One call of the benchmarked collective: input `ip`, output `op`, `c` elements a block, `total`
+/// in the whole buffer; with the algorithm the case was instantiated for.
+template <class T>
+using coll_call = gsync::detail::function_ref<void(T* ip, T* op, std::size_t c, std::size_t total)>;
+/// The name of the algorithm that ran for `bytes` a call.
+using coll_name_of = gsync::detail::function_ref<std::string(std::size_t bytes)>;
+
 /// Benchmarks (and checks) every size of a collective other than allreduce for element type `T`,
 /// operator `Op` (reducing collectives only) and algorithm `Algo`. Sizes of reduce_scatter,
 /// allgather and alltoall are the whole N-block buffer, as in nccl-tests.
-template <class T, class Op, class Algo>
-void run_coll_case(bench& b) {
+/// Not templated on the algorithm: `call` runs the collective with it, `algo_ran` names it.
+template <class T, class Op>
+void run_coll_case(bench& b, coll_call<T> call, coll_name_of algo_ran) {
   auto& comm = b.comm;
   const options& o = b.opt;
   const coll cl = o.collective;
-  if (!can_run<Algo, T, Op>(cl)) return;  // parse_collective lets no such pair through
   const int rank = comm.rank(), world = comm.size(), root = o.root;
   const std::size_t blocks = blocked(cl) ? static_cast<std::size_t>(world) : 1;
   const std::size_t max_total = o.max_bytes / sizeof(T);
@@ -722,30 +746,7 @@ void run_coll_case(bench& b) {
     T* const ip = (cl == coll::allgather && o.inplace) ? out.data() + rc : in.data();
     T* const op = o.inplace ? (cl == coll::reduce_scatter ? in.data() + rc : cl == coll::reduce ? in.data() : out.data())
                             : out.data();
-    auto run_once = [&] {
-      switch (cl) {
-        case coll::reduce_scatter:
-          if constexpr (can_run<Algo, T, Op>(coll::reduce_scatter))
-            gsync::reduce_scatter<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, c}, Op{});
-          break;
-        case coll::allgather:
-          if constexpr (can_run<Algo, T, Op>(coll::allgather))
-            gsync::allgather<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, total});
-          break;
-        case coll::broadcast:
-          if constexpr (can_run<Algo, T, Op>(coll::broadcast)) gsync::broadcast<Algo>(comm, std::span<T>{ip, c}, root);
-          break;
-        case coll::reduce:
-          if constexpr (can_run<Algo, T, Op>(coll::reduce))
-            gsync::reduce<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, c}, Op{}, root);
-          break;
-        case coll::alltoall:
-          if constexpr (can_run<Algo, T, Op>(coll::alltoall))
-            gsync::alltoall<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, total});
-          break;
-        case coll::allreduce: break;
-      }
-    };
+    auto run_once = [&] { call(ip, op, c, total); };
 
     row r;
     if (o.check) {
@@ -796,7 +797,7 @@ void run_coll_case(bench& b) {
     r.count = total;
     r.dtype = std::string(gsync::name(gsync::dtype_of<T>));
     r.redop = reduces(cl) ? std::string(Op::name) : "none";
-    r.algo = coll_algo_ran<Algo>(comm, cl, (blocked(cl) ? c : total) * sizeof(T));
+    r.algo = algo_ran((blocked(cl) ? c : total) * sizeof(T));
     r.time_us = time_us;
     r.algbw = time_us > 0 ? static_cast<double>(bytes) / time_us / 1e3 : 0.0;
     r.busbw = r.algbw * busbw_factor(cl, world);
@@ -805,15 +806,50 @@ void run_coll_case(bench& b) {
   }
 }
 
+/// run_coll_case with algorithm policy `Algo`.
+template <class T, class Op, class Algo>
+void run_coll_case_with(bench& b) {
+  const coll cl = b.opt.collective;
+  if (!can_run<Algo, T, Op>(cl)) return;  // parse_collective lets no such pair through
+  auto& comm = b.comm;
+  const int root = b.opt.root;
+  auto call = [&comm, cl, root](T* ip, T* op, std::size_t c, std::size_t total) {
+    switch (cl) {
+      case coll::reduce_scatter:
+        if constexpr (can_run<Algo, T, Op>(coll::reduce_scatter))
+          gsync::reduce_scatter<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, c}, Op{});
+        break;
+      case coll::allgather:
+        if constexpr (can_run<Algo, T, Op>(coll::allgather))
+          gsync::allgather<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, total});
+        break;
+      case coll::broadcast:
+        if constexpr (can_run<Algo, T, Op>(coll::broadcast)) gsync::broadcast<Algo>(comm, std::span<T>{ip, c}, root);
+        break;
+      case coll::reduce:
+        if constexpr (can_run<Algo, T, Op>(coll::reduce))
+          gsync::reduce<Algo>(comm, std::span<const T>{ip, c}, std::span<T>{op, c}, Op{}, root);
+        break;
+      case coll::alltoall:
+        if constexpr (can_run<Algo, T, Op>(coll::alltoall))
+          gsync::alltoall<Algo>(comm, std::span<const T>{ip, total}, std::span<T>{op, total});
+        break;
+      case coll::allreduce: break;
+    }
+  };
+  auto ran = [&comm, cl](std::size_t bytes) { return coll_algo_ran<Algo>(comm, cl, bytes); };
+  run_coll_case<T, Op>(b, call, ran);
+}
+
 /// Runs the case for `T` and `Op` with the algorithm chosen by -a.
 template <class T, class Op>
 void run_algo(bench& b) {
   if (b.opt.collective != coll::allreduce) {
-    if (!b.opt.coll_algo) return run_coll_case<T, Op, gsync::algo::automatic>(b);
-    return gsync::algo::visit(*b.opt.coll_algo, [&](auto a) { run_coll_case<T, Op, decltype(a)>(b); });
+    if (!b.opt.coll_algo) return run_coll_case_with<T, Op, gsync::algo::automatic>(b);
+    return gsync::algo::visit(*b.opt.coll_algo, [&](auto a) { run_coll_case_with<T, Op, decltype(a)>(b); });
   }
-  if (!b.opt.algo) return run_case<T, Op, gsync::algo::automatic>(b);
-  gsync::algo::visit(*b.opt.algo, [&](auto a) { run_case<T, Op, decltype(a)>(b); });
+  if (!b.opt.algo) return run_case_with<T, Op, gsync::algo::automatic>(b);
+  gsync::algo::visit(*b.opt.algo, [&](auto a) { run_case_with<T, Op, decltype(a)>(b); });
 }
 
 /// Runs the case for `T` with runtime operator `r`.
