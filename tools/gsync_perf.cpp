@@ -596,7 +596,7 @@ void print_row(const row& r) {
 /// algorithm the case was instantiated for.
 template <class T>
 using allreduce_call = gsync::detail::function_ref<void(const T* in, T* out, std::size_t count)>;
-/// The name of the algorithm that ran for a message of `bytes`.
+/// The name of the algorithm that ran for a message (allreduce) or call (the others) of `bytes`.
 using algo_name_of = gsync::detail::function_ref<std::string(std::size_t bytes)>;
 
 /// Benchmarks (and checks) every size for element type `T` and operator `Op`, running `call`.
@@ -715,15 +715,12 @@ std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t byt
 /// in the whole buffer; with the algorithm the case was instantiated for.
 template <class T>
 using coll_call = gsync::detail::function_ref<void(T* ip, T* op, std::size_t c, std::size_t total)>;
-/// The name of the algorithm that ran for `bytes` a call.
-using coll_name_of = gsync::detail::function_ref<std::string(std::size_t bytes)>;
-
 /// Benchmarks (and checks) every size of a collective other than allreduce for element type `T`,
-/// operator `Op` (reducing collectives only) and algorithm `Algo`. Sizes of reduce_scatter,
+/// operator `Op` (reducing collectives only), running `call`. Sizes of reduce_scatter,
 /// allgather and alltoall are the whole N-block buffer, as in nccl-tests.
 /// Not templated on the algorithm: `call` runs the collective with it, `algo_ran` names it.
 template <class T, class Op>
-void run_coll_case(bench& b, coll_call<T> call, coll_name_of algo_ran) {
+void run_coll_case(bench& b, coll_call<T> call, algo_name_of algo_ran) {
   auto& comm = b.comm;
   const options& o = b.opt;
   const coll cl = o.collective;
