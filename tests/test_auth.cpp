@@ -93,6 +93,25 @@ TEST_CASE("auth handshake: MACs differ by role and by nonce (no reflection, no r
 }
 #endif
 
+TEST_CASE("random bytes for set-up come from the kernel and differ between calls") {
+  namespace rnd = gsync::detail::random;
+  std::array<unsigned char, 4096> a{}, b{};
+  REQUIRE(rnd::os_bytes(a.data(), a.size()));  // more than getrandom promises in one call (256 B): it loops
+  REQUIRE(rnd::os_bytes(b.data(), b.size()));
+  CHECK(a != b);
+  // In 4096 random bytes about 256 * (255/256)^4096 ~ 3e-5 byte values are expected to be missing,
+  // so more than 15 missing means the bytes are not random (a buffer left zero, a repeated word).
+  std::array<int, 256> seen{};
+  for (unsigned char c : a) seen[c] = 1;
+  int distinct = 0;
+  for (int v : seen) distinct += v;
+  CHECK(distinct > 240);
+  CHECK(rnd::os_bytes(a.data(), 0));
+  const auto x = rnd::u64(), y = rnd::u64();
+  CHECK(x != y);
+  CHECK(rnd::mix(0) != rnd::mix(1));
+}
+
 TEST_CASE("auth handshake: garbage instead of a hello is rejected at once") {
   const auth::job_key none;
   auth::server_handshake hs(none);

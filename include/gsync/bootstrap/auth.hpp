@@ -26,7 +26,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <string_view>
 
@@ -40,6 +39,7 @@
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/detail/random.hpp"
 #include "gsync/detail/socket.hpp"
 
 namespace gsync::bootstrap::auth {
@@ -98,6 +98,8 @@ class job_key {
     if (!HMAC(EVP_sha256(), k_.data(), static_cast<int>(k_.size()), msg.data(), label.size() + 2 * nonce_bytes, m.data(), &len) ||
         len != mac_bytes)
       throw error(errc::system, "auth: HMAC-SHA256 failed in libcrypto");
+#else
+    (void)label, (void)a, (void)b;  // unreachable: a key cannot be made without libcrypto
 #endif
     return m;
   }
@@ -117,18 +119,16 @@ class job_key {
 inline constexpr std::string_view server_label = "gsync-auth-v1 server";  ///< label of the server's proof
 inline constexpr std::string_view client_label = "gsync-auth-v1 client";  ///< label of the client's proof
 
-/// A fresh random challenge (libcrypto's generator; std::random_device without it).
+/// A fresh random challenge: libcrypto's generator, else the kernel's (getrandom, /dev/urandom).
+/// Throws errc::system when neither delivers: a predictable challenge would let a recorded
+/// handshake be replayed, so there is no weaker fallback here.
 inline nonce fresh_nonce() {
   nonce n{};
 #if defined(GSYNC_HAVE_OPENSSL)
   if (RAND_bytes(n.data(), static_cast<int>(n.size())) == 1) return n;
 #endif
-  std::random_device rd;
-  for (std::size_t i = 0; i < n.size(); i += 4) {
-    const auto v = rd();
-    std::memcpy(n.data() + i, &v, std::min<std::size_t>(4, n.size() - i));
-  }
-  return n;
+  if (detail::random::os_bytes(n.data(), n.size())) return n;
+  throw error(errc::system, "no random bytes for the authentication challenge (neither libcrypto nor getrandom nor /dev/urandom delivered)");
 }
 
 /// Initiator side on connected socket `fd`: proves the key and checks the server's proof.

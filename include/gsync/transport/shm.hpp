@@ -65,10 +65,10 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
-#include <random>
 #include <string>
 
 #include "gsync/core/error.hpp"
+#include "gsync/detail/random.hpp"
 
 namespace gsync::transport::shm {
 
@@ -235,12 +235,9 @@ class segment {
     auto* h = new (s.base_) segment_header{};
     h->slots = slots;
     h->ring_bytes = ring_bytes;
-    std::random_device rd;
     for (std::uint32_t i = 0; i < slots; ++i) {
       auto* c = new (s.base_ + rings_offset + i * (sizeof(ring_ctl) + ring_bytes)) ring_ctl{};
-      const std::uint64_t k = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-                              static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-      c->stamp_key = k & ~std::uint64_t{63};
+      c->stamp_key = detail::random::u64() & ~std::uint64_t{63};
     }
     return s;
   }

@@ -65,7 +65,6 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +80,7 @@
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
+#include "gsync/detail/random.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/detail/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
@@ -193,7 +193,7 @@ class tcp {
       listen(me);
       // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
       // port cannot slip in.
-      if (rank_ == 0) store_->set("gsync/nonce", std::to_string(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32)), dl);
+      if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
       nonce_ = std::stoull(store_->get("gsync/nonce", dl));
       const auto my_ep = acc_.local_endpoint();
       store_->set("gsync/addr/" + std::to_string(rank_), my_ep.address().to_string() + " " + std::to_string(my_ep.port()), dl);
