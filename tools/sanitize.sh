@@ -222,7 +222,7 @@ pch_make() {  # pch_make SAN: (re)builds that build's header when stale; prints 
   san_setup "$s"
   hdr="$b/pch/gsync_tests_pch.hpp"
   mkdir -p "$b/pch"
-  printf '#include <doctest/doctest.h>\n#include <gsync/gsync.hpp>\n#include <gsync/grad.hpp>\n' >"$hdr.new"
+  printf '#include "%s/tests/support/pch.hpp"\n' "$root" >"$hdr.new"  # the list CMake's gsync_tests uses
   cmp -s "$hdr.new" "$hdr" && rm -f "$hdr.new" || mv "$hdr.new" "$hdr"
   if "$c" --version 2>/dev/null | grep -qi clang; then pchf="$hdr.pch"; else pchf="$hdr.gch"; fi
   cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} -x c++-header $hdr"
