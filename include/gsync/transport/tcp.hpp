@@ -341,6 +341,7 @@ class tcp {
     } catch (...) {
       // best effort: the peers will see the connections close and report a lost rank instead
     }
+    abort_recorded_.store(true, std::memory_order_release);
     for (auto& p : peers_)
       if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
     if (seg_) {
@@ -1439,6 +1440,16 @@ class tcp {
       msg = abort_msg_;
     }
     if (!broken_) {
+      // A wait that saw aborted_ fails here while abort() may still be writing the reason to the
+      // store (a fresh connection: milliseconds, seconds on a loaded machine). Closing the
+      // connections or raising `failed` now would let the peers look for the record too early and
+      // report a lost rank without the reason, so wait for abort() to get that far (its store
+      // deadline is 3 s).
+      if (kind == errc::aborted && aborted_.load(std::memory_order_acquire)) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+        while (!abort_recorded_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       broken_ = true;
       broken_kind_ = kind;
       broken_msg_ = msg;
@@ -1514,6 +1525,7 @@ class tcp {
   std::uint16_t master_port_ = 0;
   std::mutex abort_m_;       // guards abort_msg_
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
   std::string abort_msg_;
 };
 
