@@ -332,7 +332,7 @@ TEST_CASE("network model: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US move the cross
   CHECK(choose_allreduce(mid, 4, "tcp", "", &one, &gig).id == choose_allreduce(mid, 4, "tcp", "", &one).id);
 }
 
-TEST_CASE("automatic choice: one machine whose ranks share cores moves to halving-doubling and ring sooner") {
+TEST_CASE("automatic choice: one machine whose ranks share cores takes direct, star, halving-doubling and ring sooner") {
   using namespace gsync::algo;
   gsync::topology one = gsync::topology::blocks(4, 4), shared = gsync::topology::blocks(4, 4);
   shared.set_cores_shared(true);
@@ -340,12 +340,37 @@ TEST_CASE("automatic choice: one machine whose ranks share cores moves to halvin
   // Cores to spare: the assumed shared-memory model (10 us a hop) keeps recursive doubling.
   for (std::size_t b : {std::size_t{8}, std::size_t{64} << 10, std::size_t{128} << 10})
     CHECK(choose_allreduce(b, 4, "shm", "", &one).id == allreduce_id::recursive_doubling);
-  // 4 ranks on fewer cores (fitted on 2): recursive doubling for small buffers, then
-  // halving-doubling, then the ring.
-  CHECK(choose_allreduce(8, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
+  // 4 ranks on fewer cores (fitted on 2): direct for tiny buffers (the measured table: one wait
+  // instead of two), recursive doubling, then halving-doubling, then the ring.
+  const auto tiny = choose_allreduce(8, 4, "shm", "", &shared);
+  CHECK(tiny.id == allreduce_id::direct);
+  CHECK(tiny.runner_up == allreduce_id::recursive_doubling);
+  CHECK(tiny.reason().find("measured table") != std::string::npos);
+  CHECK(choose_allreduce(1024, 4, "shm", "", &shared).id == allreduce_id::direct);
+  CHECK(choose_allreduce(1025, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
   CHECK(choose_allreduce(std::size_t{16} << 10, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
   CHECK(choose_allreduce(std::size_t{128} << 10, 4, "shm", "", &shared).id == allreduce_id::halving_doubling);
   CHECK(choose_allreduce(std::size_t{4} << 20, 4, "shm", "", &shared).id == allreduce_id::ring);
+  // 6..8 ranks on 2 cores: direct up to 1 KiB, star from there to 512 KiB, the model beyond;
+  // more than 8 ranks were not measured: the model decides.
+  for (int n : {6, 8}) {
+    gsync::topology t = gsync::topology::blocks(n, n);
+    t.set_cores_shared(true);
+    CAPTURE(n);
+    CHECK(choose_allreduce(8, n, "shm", "", &t).id == allreduce_id::direct);
+    CHECK(choose_allreduce(std::size_t{32} << 10, n, "shm", "", &t).id == allreduce_id::star);
+    CHECK(choose_allreduce(std::size_t{512} << 10, n, "shm", "", &t).id == allreduce_id::star);
+    CHECK(choose_allreduce(std::size_t{2} << 20, n, "shm", "", &t).id != allreduce_id::star);
+    // a forced algorithm still wins over the table
+    CHECK(choose_allreduce(8, n, "shm", "ring", &t).id == allreduce_id::ring);
+  }
+  gsync::topology nine = gsync::topology::blocks(9, 9);
+  nine.set_cores_shared(true);
+  CHECK(choose_allreduce(8, 9, "shm", "", &nine).reason().find("measured table") == std::string::npos);
+  // 3 ranks: the table has no row, the model already picks direct for small buffers.
+  gsync::topology three = gsync::topology::blocks(3, 3);
+  three.set_cores_shared(true);
+  CHECK(choose_allreduce(8, 3, "shm", "", &three).reason().find("measured table") == std::string::npos);
   // Only the shared-memory transport's model changes: loopback TCP keeps its fitted one.
   for (std::size_t b : {std::size_t{8}, std::size_t{128} << 10})
     CHECK(choose_allreduce(b, 4, "tcp", "", &shared).id == choose_allreduce(b, 4, "tcp", "", &one).id);

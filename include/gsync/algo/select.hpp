@@ -366,6 +366,7 @@ struct choice {
   double cost_us = 0;             ///< estimated time of `id` (automatic choice only)
   allreduce_id runner_up = allreduce_id::ring;  ///< the second cheapest (automatic choice only)
   double runner_up_us = 0;        ///< its estimated time
+  std::string_view measured{};    ///< non-empty: taken from a measured table (`cores_shared_table`), this says which row
 
   /// Why `id` was chosen, in words.
   std::string reason() const {
@@ -376,6 +377,9 @@ struct choice {
     };
     std::string r = std::to_string(bytes) + " B on " + std::to_string(world) + " ranks over " + std::string(transport) + ": ";
     if (world <= 1) return r + "one rank, a local copy";
+    if (!measured.empty())
+      return r + "measured table for ranks sharing cores (" + std::string(measured) + "; the model's choice " +
+             std::string(name(runner_up)) + ", estimated " + us(runner_up_us) + ")";
     r += "cheapest by the alpha-beta-gamma model, estimated " + us(cost_us) + " against " + us(runner_up_us) + " for " +
          std::string(name(runner_up));
     switch (id) {
@@ -393,9 +397,40 @@ struct choice {
   }
 };
 
+/// Measured choices for one machine that runs more ranks than it has cores, over shared memory,
+/// where the cost model's per-hop alpha misleads: a wait hands the core to another rank, so what
+/// counts is how many times every rank must be scheduled (rounds), and then the work that one
+/// core must do alone. `direct` waits once (every rank writes its buffer into every peer's ring,
+/// then reduces what arrived), `star` twice with all the reduction on rank 0; recursive doubling
+/// waits log2(N) times (plus the fold), halving-doubling and the ring more. Measured on this
+/// project's 2-core VM (gsync-perf, 200-1000 calls a size, forced algorithms, interleaved runs
+/// that differ by up to 1.6x; 2026-12-02), time per call in us:
+///   - 4 ranks, 8 B: direct 12.5-18.3 (median of 4 runs 16.2), recursive doubling 16.3-26.5 (22.0),
+///     star 18.7-32.2 (19.1); bursts of 500 calls, best burst over 6 runs: direct 9.3-11.9,
+///     recursive doubling 11.6-16.8, Open MPI 12.0-17.7. At 8 KiB the three tie (19-28).
+///   - 6 ranks: 8 B direct 26.7, recursive doubling 43.5, star 29-31; 32 KiB star 45.8, ring 117
+///     (the model's choice), direct 73.5; 128 KiB star 96.8, ring 150.7; 512 KiB star 302, ring 310;
+///     2 MiB ring 1006, star 1412.
+///   - 8 ranks: 8 B direct 44-51, star 41-72, recursive doubling 63-95 (the model's choice);
+///     2 KiB star 49-64, direct 58-67; 32 KiB star 84-94, halving-doubling 150-206; 512 KiB star
+///     428-485, halving-doubling 442-663; 2 MiB ring 1763, star 2396.
+/// So: direct up to 1 KiB on 4..8 ranks, star from there to 512 KiB on 6..8 ranks; nullopt (the
+/// model decides) elsewhere, also for more than 8 ranks, which were not measured (direct's
+/// N(N-1) messages and star's serial root grow with N). 3 ranks: the model already picks direct.
+inline std::optional<allreduce_id> cores_shared_table(std::size_t bytes, int world, std::string_view* row = nullptr) noexcept {
+  std::string_view why;
+  std::optional<allreduce_id> id;
+  if (world >= 4 && world <= 8 && bytes <= 1024) id = allreduce_id::direct, why = "4..8 ranks, up to 1 KiB: direct";
+  else if (world >= 6 && world <= 8 && bytes <= (std::size_t{512} << 10)) id = allreduce_id::star, why = "6..8 ranks, 1-512 KiB: star";
+  if (row) *row = why;
+  return id;
+}
+
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
 /// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
-/// `cost_model`. Allocation-free (six closed-form estimates, seven across hosts).
+/// `cost_model`. Allocation-free (six closed-form estimates, seven across hosts). On one machine
+/// whose ranks outnumber its cores, over shared memory, `cores_shared_table` overrides the model
+/// where it has a measured row.
 /// With `topo` spanning several hosts, the flat schedules are costed on that placement
 /// (`estimate_placed_us`: the network model, `net` else `network_of(*topo)`, for steps that cross
 /// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and,
@@ -422,6 +457,14 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
       best = id, best_us = t, have_best = true;
     } else if (!have_second || t < second_us) {
       second = id, second_us = t, have_second = true;
+    }
+  }
+  if (!multi_host && transport_name == "shm" && topo && topo->cores_shared()) {
+    std::string_view row;
+    if (auto t = cores_shared_table(bytes, world, &row); t && *t != best) {
+      choice c{*t, bytes, world, transport_name, forced, estimate_us(*t, bytes, world, m), best, best_us};
+      c.measured = row;
+      return c;
     }
   }
   if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
