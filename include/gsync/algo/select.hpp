@@ -444,7 +444,8 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
   cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
   cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
-  if (!multi_host && transport_name == "shm" && topo && topo->cores_shared()) m = cost_model::shared_memory_cores_shared();
+  const bool cores_shared_shm = !multi_host && transport_name == "shm" && topo && topo->cores_shared();
+  if (cores_shared_shm) m = cost_model::shared_memory_cores_shared();
   cost_model intra = multi_host ? cost_model::shared_memory_of(*topo) : cost_model::shared_memory();
   if (segment_bytes != 0) network.segment_bytes = m.segment_bytes = intra.segment_bytes = segment_bytes;
   allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
@@ -459,7 +460,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, std::string_view tr
       second = id, second_us = t, have_second = true;
     }
   }
-  if (!multi_host && transport_name == "shm" && topo && topo->cores_shared()) {
+  if (cores_shared_shm) {
     std::string_view row;
     if (auto t = cores_shared_table(bytes, world, &row); t && *t != best) {
       choice c{*t, bytes, world, transport_name, forced, estimate_us(*t, bytes, world, m), best, best_us};

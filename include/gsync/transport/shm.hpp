@@ -59,7 +59,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
