@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -270,8 +271,14 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
     cost_model bare = net;
     bare.alpha_us = 0;
     bare.shared_msg_us = 0;
-    CHECK(estimate_placed_us(id, 4096, t, intra, net) ==
-          doctest::Approx(estimate_us(id, 4096, 8, bare) + total_messages(id, 4096, 8, net) * 6.9));
+    // The cores and the links work at once: the busier of the two sets the time, and a quarter
+    // of the other's is added. Halving-doubling's bytes without its step penalty up to 2 MiB.
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20}) {
+      const double w = id == allreduce_id::halving_doubling ? 1.75 * static_cast<double>(bytes) * net.beta_us_per_byte
+                                                            : estimate_us(id, bytes, 8, bare);
+      const double c = total_messages(id, bytes, 8, net) * 6.9;
+      CHECK(estimate_placed_us(id, bytes, t, intra, net) == doctest::Approx(std::max(w, c) + 0.25 * std::min(w, c)));
+    }
   }
   t.set_links(l);
   CHECK(choose_allreduce(8, 8, "tcp", "", &t).id == allreduce_id::star);
@@ -280,6 +287,45 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
   CHECK(choose_allreduce(std::size_t{4} << 20, 8, "tcp", "", &t).id == allreduce_id::ring);
   const std::string why = choose_allreduce(8, 8, "tcp", "", &t).reason();
   CHECK(why.find("fewest messages") != std::string::npos);
+  // Above 2 MiB halving-doubling pays its step penalty again.
+  {
+    cost_model bare = net;
+    bare.alpha_us = 0;
+    bare.shared_msg_us = 0;
+    const std::size_t big = std::size_t{4} << 20;
+    const double w = estimate_us(allreduce_id::halving_doubling, big, 8, bare);
+    const double c = total_messages(allreduce_id::halving_doubling, big, 8, net) * 6.9;
+    CHECK(w == doctest::Approx(hd_step_penalty * 1.75 * static_cast<double>(big) * net.beta_us_per_byte));
+    CHECK(estimate_placed_us(allreduce_id::halving_doubling, big, t, intra, net) == doctest::Approx(w + 0.25 * c));
+  }
+  // The fake hosts as the probe timed them on 2026-12-02, and the choices their forced runs
+  // favour (select.hpp, estimate_placed_us): 4 hosts (27 us, 0.955 Gbit/s, 13.5 us of the cores
+  // per message) recursive doubling at 8 KiB (139 us against halving-doubling's 126-150), then
+  // halving-doubling at 16 KiB (204-232 against 276-285) and 32 KiB (412-423 against 550), the
+  // ring at 4 MiB (52749 against 64289); 8 hosts (38 us, 0.945 Gbit/s, 9.5 us) recursive doubling
+  // at 16 KiB (411-444 against 445-697), halving-doubling at 32 and 64 KiB (964-1018 against the
+  // ring's 1263-1369), the ring at 4 MiB (61729-61890 against 64616-70885).
+  {
+    const auto placed = [](int hosts, double alpha, double gbps, double msg) {
+      gsync::link_estimate e;
+      e.alpha_us = alpha;
+      e.beta_us_per_byte = 8.0 / (gbps * 1e3);
+      e.shared_msg_us = msg;
+      e.measured = true;
+      gsync::topology p = gsync::topology::blocks(hosts, 1);
+      p.set_links(e);
+      return p;
+    };
+    const gsync::topology four = placed(4, 27, 0.955, 13.5), eight = placed(8, 38, 0.945, 9.5);
+    CHECK(choose_allreduce(8192, 4, "tcp", "", &four).id == allreduce_id::recursive_doubling);
+    CHECK(choose_allreduce(16384, 4, "tcp", "", &four).id == allreduce_id::halving_doubling);
+    CHECK(choose_allreduce(32768, 4, "tcp", "", &four).id == allreduce_id::halving_doubling);
+    CHECK(choose_allreduce(std::size_t{4} << 20, 4, "tcp", "", &four).id == allreduce_id::ring);
+    CHECK(choose_allreduce(16384, 8, "tcp", "", &eight).id == allreduce_id::recursive_doubling);
+    CHECK(choose_allreduce(32768, 8, "tcp", "", &eight).id == allreduce_id::halving_doubling);
+    CHECK(choose_allreduce(65536, 8, "tcp", "", &eight).id == allreduce_id::halving_doubling);
+    CHECK(choose_allreduce(std::size_t{4} << 20, 8, "tcp", "", &eight).id == allreduce_id::ring);
+  }
   // The same links with cores of their own: star is never the choice.
   l.shared_msg_us = 0;
   for (int n = 2; n <= 8; ++n) {

@@ -257,39 +257,29 @@ constexpr double total_messages(allreduce_id id, std::size_t bytes, int world, c
   return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
 }
 
-/// Estimated time in microseconds of flat allreduce algorithm `id` on `bytes` when the ranks are
-/// placed as `t` (several hosts). A step that stays inside every host costs what `intra` says; a
-/// step in which some ranks send to other hosts costs `inter`'s per-message time plus the bytes
-/// of all the ranks of the busiest host that cross at once, since they share its link
-/// (topology::xor_load, fold_load, ring_load, all_to_all_load). With one rank per host every
-/// step crosses with one sender, and this is `estimate_us` with `inter`.
-/// - ring: (2(N-1) + Sr - 1) alpha' + 2(N-1)/N s beta x ring_load (the crossing hops set the pace),
-///   where alpha' is the larger of the two models' alphas when hosts run several ranks (a
-///   pipelined step waits for its slowest hop), else inter's;
-/// - recursive_doubling: per step k (partner r XOR 2^k) one whole-buffer hop, priced by its load,
-///   q times alpha for q scratch-sized pieces; the fold's two hops by fold_load;
-/// - halving_doubling: per core step of distance d, two hops (halving and doubling) of the share
-///   s/2^(i+1) exchanged there, priced by d's load, bandwidth x hd_step_penalty; the fold as above;
-/// - direct: q (N-1) alpha' + all_to_all_load s inter beta;
-/// - tree: `estimate_us` with inter's beta and alpha' (its crossings are not modelled: every hop
-///   is priced as one that crosses);
-/// - star: `estimate_us` with alpha'.
-/// When the ranks share cores (`inter.shared_msg_us` > 0), a message's time is the machines' work
-/// on it, which the other ranks' messages wait for wherever they are in the schedule: the
-/// per-message terms above (the alphas) give way to `total_messages` x shared_msg_us, and the byte
-/// terms stay. Measured on 8 fake hosts sharing 2 cores (1 Gbit/s links, 6.5 us per message):
-/// 8 B took 97-111 us with star's 14 messages, 140-152 with recursive doubling's 24; at 16 KiB
-/// recursive doubling 420 us, halving-doubling 557, star 969 (its bytes).
-inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra,
-                                 const cost_model& inter) noexcept {
+/// The part of the smaller of the two resources' times (cores, links) that does not overlap with
+/// the larger when ranks share cores. The measurements listed at estimate_placed_us put it
+/// between 0 and 0.3 (recursive doubling at 16 KiB on 4 hosts: 276 us for W = 274 and C about
+/// 70; the ring at 64 KiB on 8 hosts: C = 1064-1290 for 1263-1369). A quarter also breaks the ties
+/// of max(W, C) toward the schedule that needs less of the other resource: at 2 KiB on 4 hosts
+/// recursive doubling (W = 34, C = 108) over star (W = 103, C = 81), measured 62-97 against 89-150.
+inline constexpr double shared_overlap_loss = 0.25;
+
+/// The largest buffer at which halving-doubling measured as fast as the ring when ranks share
+/// cores (benchmarks/netcluster.sh, 1 Gbit/s links, 2026-12-02, time per call in us): 4 hosts
+/// 3283 / 3283 at 256 KiB, 13342 / 13169 at 1 MiB, 26406 / 26374 at 2 MiB, then 64289 / 52749 at
+/// 4 MiB; 8 hosts 3828 / 3831-4033 at 256 KiB, 31012-31421 / 30833-30981 at 2 MiB, then
+/// 64616-70885 / 61729-61890 at 4 MiB. Up to here its steps lose nothing to the ring's pipeline;
+/// above it hd_step_penalty applies.
+inline constexpr std::size_t shared_hd_even_bytes = std::size_t{2} << 20;
+
+namespace detail {
+/// estimate_placed_us without shared cores (the sums described there), with `hd_pen` on
+/// halving-doubling's bytes.
+inline double placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra, const cost_model& inter,
+                        double hd_pen) noexcept {
   const int world = t.world();
   if (world <= 1) return 0.0;
-  if (inter.shared_msg_us > 0) {
-    cost_model i0 = intra, n0 = inter;
-    i0.alpha_us = n0.alpha_us = 0;
-    i0.shared_msg_us = n0.shared_msg_us = 0;
-    return estimate_placed_us(id, bytes, t, i0, n0) + total_messages(id, bytes, world, inter) * inter.shared_msg_us;
-  }
   const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
   const int steps = static_cast<int>(L);
   const bool fold = f != 0;
@@ -320,9 +310,9 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
       double c = 0, share = s;
       for (int i = 0; i < steps; ++i) {
         share /= 2;  // exchanged at the step of distance P / 2^(i+1)
-        c += 2 * hop(t.xor_load(steps - 1 - i), share, 1.0, hd_step_penalty);
+        c += 2 * hop(t.xor_load(steps - 1 - i), share, 1.0, hd_pen);
       }
-      if (fold) c += 2 * hop(t.fold_load(), s, 1.0, hd_step_penalty);
+      if (fold) c += 2 * hop(t.fold_load(), s, 1.0, hd_pen);
       return c + ((P - 1) / P + (fold ? 1 : 0)) * s * g;
     }
     case allreduce_id::direct: {
@@ -334,6 +324,62 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
     case allreduce_id::hierarchical: break;
   }
   return estimate_us(id, bytes, world, mixed);
+}
+}  // namespace detail
+
+/// Estimated time in microseconds of flat allreduce algorithm `id` on `bytes` when the ranks are
+/// placed as `t` (several hosts). A step that stays inside every host costs what `intra` says; a
+/// step in which some ranks send to other hosts costs `inter`'s per-message time plus the bytes
+/// of all the ranks of the busiest host that cross at once, since they share its link
+/// (topology::xor_load, fold_load, ring_load, all_to_all_load). With one rank per host every
+/// step crosses with one sender, and this is `estimate_us` with `inter`.
+/// - ring: (2(N-1) + Sr - 1) alpha' + 2(N-1)/N s beta x ring_load (the crossing hops set the pace),
+///   where alpha' is the larger of the two models' alphas when hosts run several ranks (a
+///   pipelined step waits for its slowest hop), else inter's;
+/// - recursive_doubling: per step k (partner r XOR 2^k) one whole-buffer hop, priced by its load,
+///   q times alpha for q scratch-sized pieces; the fold's two hops by fold_load;
+/// - halving_doubling: per core step of distance d, two hops (halving and doubling) of the share
+///   s/2^(i+1) exchanged there, priced by d's load, bandwidth x hd_step_penalty; the fold as above;
+/// - direct: q (N-1) alpha' + all_to_all_load s inter beta;
+/// - tree: `estimate_us` with inter's beta and alpha' (its crossings are not modelled: every hop
+///   is priced as one that crosses);
+/// - star: `estimate_us` with alpha'.
+/// When the ranks share cores (`inter.shared_msg_us` > 0), a message's time is the machines' work
+/// on it, which the other ranks' messages wait for wherever they are in the schedule: the
+/// per-message terms above (the alphas) give way to the cores' time, C = `total_messages` x
+/// shared_msg_us. The cores and the links are then two resources that work at once (while the
+/// cores run one rank's message, another's bytes cross a link), so the busier of the two sets the
+/// time: with W the byte terms, max(W, C) + shared_overlap_loss x min(W, C), not W + C. On these
+/// links halving-doubling's time is its bytes' (below) up to shared_hd_even_bytes, so W takes
+/// hd_step_penalty only above that, or where the ring pipelines.
+/// Measured on fake hosts that share 2 cores (benchmarks/netcluster.sh, 1 Gbit/s links, forced
+/// algorithms, 300 calls a size, 2026-12-02; benchmarks/results/cluster/A_mid_sizes.md), time per
+/// call in us, where W is the bytes' time at the measured rate:
+///   - 4 hosts: recursive doubling (8 messages) 59-104 from 512 B to 4 KiB (C), 137-139 at 8 KiB,
+///     276-285 at 16 KiB (W = 274), 550 at 32 KiB; halving-doubling (16 messages) 105-205 up to
+///     8 KiB (C), 204-232 at 16 KiB (W = 205), 412-423 at 32 KiB, 826 at 64 KiB (W = 823); the ring
+///     (24 messages) 306-315 at 16 KiB (C), 417 at 32 KiB (W).
+///   - 8 hosts: recursive doubling (24 messages) 180-480 up to 8 KiB (C), 411-444 at 16 KiB
+///     (W = 413); halving-doubling (48 messages) 400-700 up to 16 KiB (C), 484-706 at 32 KiB
+///     (W = 482, C of the slower run's messages about 650), 964-1018 at 64 KiB (W = 963); the ring
+///     (112 messages) 1263-1369 at 64 KiB (C).
+/// The sum put the crossover between recursive doubling and halving-doubling at 48 KiB on 4 hosts
+/// and the ring ahead of halving-doubling at 64 KiB on 8; they lie between 8 and 16 KiB, and
+/// halving-doubling is 1.3x faster at 64 KiB.
+inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra,
+                                 const cost_model& inter) noexcept {
+  if (t.world() <= 1) return 0.0;
+  if (inter.shared_msg_us <= 0) return detail::placed_us(id, bytes, t, intra, inter, hd_step_penalty);
+  cost_model i0 = intra, n0 = inter;
+  i0.alpha_us = n0.alpha_us = 0;
+  i0.shared_msg_us = n0.shared_msg_us = 0;
+  // Halving-doubling's lost overlap (hd_step_penalty) counts where the ring pipelines (a chunk of
+  // more than one segment) or the buffer is larger than shared_hd_even_bytes.
+  const bool pipelined = detail::pieces(static_cast<double>(bytes) / t.world(), inter.segment_bytes) > 1;
+  const double pen = pipelined || bytes > shared_hd_even_bytes ? hd_step_penalty : 1.0;
+  const double w = detail::placed_us(id, bytes, t, i0, n0, pen);
+  const double c = total_messages(id, bytes, t.world(), inter) * inter.shared_msg_us;
+  return std::max(w, c) + shared_overlap_loss * std::min(w, c);
 }
 
 /// Estimated time of the hierarchical schedule on `hosts` hosts of `local` ranks each: the ring

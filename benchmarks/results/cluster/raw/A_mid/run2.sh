@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+set -u
+cd /work/main
+H=$1; R=${2:-2}
+id=$(benchmarks/netcluster.sh up $H 1000 1)
+trap 'benchmarks/netcluster.sh down $id >/dev/null 2>&1' EXIT
+for r in $(seq 1 $R); do
+  for a in star recursive_doubling halving_doubling ring; do
+    benchmarks/netcluster.sh run $id --timeout-s 300 -- build-bench/tools/gsync-perf -b 512 -e 256K -f 2 -a $a -n 300 -w 30 > /tmp/mid/b_h${H}_${a}_r$r.txt 2>&1
+  done
+done
