@@ -163,8 +163,9 @@ inline cost_model network_of(const topology& topo) {
 
 /// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
 /// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
-/// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/) and
-/// about 1.05-1.2x over 1 Gbit/s links at 4 hosts (benchmarks/results/cluster/A_4x1.md). This
+/// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/); over
+/// 1 Gbit/s links from 4 MiB, 1.04-1.22x at 4 and 8 fake hosts, while up to 2 MiB the two took the
+/// same time there (benchmarks/results/cluster/A_mid_sizes.md; `shared_hd_even_bytes`). This
 /// factor on halving-doubling's bandwidth term stands for that lost overlap.
 inline constexpr double hd_step_penalty = 1.1;
 
