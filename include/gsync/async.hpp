@@ -20,7 +20,7 @@
 ///
 /// Every collective has an `_async` form with the same template parameters, arguments and
 /// checks (`allreduce_async`, `reduce_scatter_async`, `allgather_async`, `broadcast_async`,
-/// `reduce_async`, `alltoall_async`, `barrier_async`, `send_async`, `recv_async`; each is
+/// `reduce_async`, `alltoall_async`, `barrier_async`, `send_async`, `recv_async`, `sendrecv_async`; each is
 /// declared next to its synchronous form). It checks the arguments and numbers the operation on
 /// the calling thread (invalid_argument is thrown by the call itself, nothing is queued), queues
 /// the operation on the communicator's progress engine (core/progress_engine.hpp: one thread per
@@ -33,6 +33,9 @@
 /// - Every rank issues the same sequence of collectives, asynchronous or not, as for synchronous
 ///   calls. A synchronous call made while asynchronous work is pending is queued behind it (it
 ///   waits for it); when nothing is pending it runs inline on the calling thread, as before.
+/// - Unlike MPI, a pending operation holds back the ones issued after it: a recv_async waits for
+///   its message before a later send starts, so ranks that each post a receive and then send to
+///   the next rank wait in a cycle. Exchanges use `sendrecv`/`sendrecv_async` (send_recv.hpp).
 /// - One user thread issues operations on a communicator (MPI_THREAD_FUNNELED, as NCCL);
 ///   requests may be tested and waited on from any thread.
 /// - A failed operation's exception is stored in its request and rethrown by `test()`/`wait()`.

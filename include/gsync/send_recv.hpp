@@ -15,8 +15,19 @@
 /// not disturb the collective operation numbers. They share each pair's ordered connection with
 /// collectives, though, so both ranks must place a send/recv pair at the same point of their
 /// sequences of collectives involving each other.
+///
+/// Exchanges. Operations on one communicator run one at a time in issue order (asynchronous ones
+/// too, see async.hpp), so the MPI idiom "post a receive, then send" does not work here: ranks
+/// that each issue a recv (or recv_async) before their send to the next rank wait for each other
+/// in a cycle, and large sends in a cycle wait the same way. `gsync::sendrecv` sends one message
+/// and receives another at the same time, as MPI_Sendrecv does:
+/// \code
+///   // ring shift: every rank sends to the next and receives from the previous
+///   gsync::sendrecv(comm, std::span<const float>{mine}, (r + 1) % n, 0, std::span<float>{theirs}, (r + n - 1) % n, 0);
+/// \endcode
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -27,6 +38,7 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/transport/frame.hpp"
 
 namespace gsync {
 
@@ -49,6 +61,55 @@ void recv_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t n, int p
   op_scope scope(comm, "recv", tk, id);
   auto p = make_primitives(comm, id, static_cast<const T*>(data), data, n, op::sum{});
   p.recv(peer, p.out({0, n}));  // a send of another tag, type or size: mismatch naming both calls
+}
+
+/// Sends ticket `ts`'s message to `dst` and receives ticket `tr`'s from `src` at once: the send is
+/// posted first, so the transport moves it while this rank waits for its own data.
+template <class X, class S, class R>
+void sendrecv_run(communicator<X>& comm, op_ticket ts, const S* sd, std::size_t sn, int dst, int stag, op_ticket tr, R* rd,
+                  std::size_t rn, int src, int rtag) {
+  const message_id sid{tag_p2p | static_cast<std::uint32_t>(stag), ts.seq, make_fingerprint<S>(sn)};
+  const message_id rid{tag_p2p | static_cast<std::uint32_t>(rtag), tr.seq, make_fingerprint<R>(rn)};
+  op_scope scope(comm, "sendrecv", tr, rid);
+  auto ps = make_primitives(comm, sid, sd, static_cast<S*>(nullptr), sn, op::sum{});
+  auto pr = make_primitives(comm, rid, static_cast<const R*>(rd), rd, rn, op::sum{});
+  ps.send(dst, ps.in({0, sn}));
+  pr.recv(src, pr.out({0, rn}));
+  ps.finish();
+}
+
+/// A sendrecv of a rank with itself: the message is copied locally, and must match the receive
+/// as one from a peer would (tag, element type and count), else `errc::mismatch`.
+template <class S, class R>
+void sendrecv_self(const S* sd, std::size_t sn, int stag, R* rd, std::size_t rn, int rtag, int self) {
+  const fingerprint fs = make_fingerprint<S>(sn), fr = make_fingerprint<R>(rn);
+  if (stag != rtag || !(fs == fr)) {
+    const std::string me = "rank " + std::to_string(self);
+    throw error(errc::mismatch, "sendrecv: " + me + " sends itself " +
+                                    transport::describe_message(tag_p2p | static_cast<std::uint32_t>(stag), 1, fs, "send") +
+                                    " but receives " + transport::describe_message(tag_p2p | static_cast<std::uint32_t>(rtag), 1, fr, "recv"));
+  }
+  if (sn) std::memmove(rd, sd, sn * sizeof(S));
+}
+
+/// Checks sendrecv's arguments: valid peers (both this rank, or neither), tags, and buffers that
+/// do not overlap.
+inline void check_sendrecv(int dst, int stag, const void* sd, std::size_t sbytes, int src, int rtag, const void* rd,
+                           std::size_t rbytes, int self, int world) {
+  const bool to_self = dst == self, from_self = src == self;
+  if (to_self != from_self) {
+    check_rank("sendrecv", "destination", dst, world);
+    check_rank("sendrecv", "source", src, world);
+    invalid("sendrecv", "destination " + std::to_string(dst) + " and source " + std::to_string(src) +
+                            ": a message to this rank itself pairs only with a receive from itself in the same call");
+  }
+  if (to_self) {
+    if (stag < 0 || rtag < 0) invalid("sendrecv", "negative tag (tags are 0..2147483647)");
+  } else {
+    check_p2p("sendrecv", dst, stag, self, world);
+    check_p2p("sendrecv", src, rtag, self, world);
+  }
+  if (overlaps(sd, sbytes, rd, rbytes)) invalid("sendrecv", "the send and receive buffers overlap");
 }
 
 }  // namespace detail
@@ -105,6 +166,59 @@ request recv_async(communicator<X>& comm, std::span<T> data, int peer, int tag) 
   const op_ticket tk = comm.next_recv_op(peer);
   return comm.issue("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
     detail::recv_run(c, tk, d, n, peer, tag);
+  });
+}
+
+/// Sends `send_data` to rank `dst` with `send_tag` and receives the next message from rank `src`
+/// into `recv_data` (its tag must be `recv_tag` and its size exactly `recv_data.size()`), both at
+/// once, as MPI_Sendrecv: for exchanges and shifts in which every rank sends and receives (a ring
+/// shift, pipeline stages passing activations one way and gradients the other), which separate
+/// send and recv calls would serialize into a cycle of waits. Returns when both are done. The send
+/// is this rank's next message to `dst` and the receive its next from `src`, in the same per-pair
+/// order as `send` and `recv` (a peer may pair it with a plain `recv`/`send`). `dst` and `src` may
+/// be the same rank; both may be this rank, which copies the message locally. The two buffers
+/// must not overlap.
+/// \tparam X transport of the communicator. \tparam U element type sent, possibly const-qualified.
+/// \tparam T element type received (the message received may have another element type than the one
+/// sent; each size is in elements of its own type).
+template <transport_policy X, class U, element T>
+  requires element<std::remove_const_t<U>>
+void sendrecv(communicator<X>& comm, std::span<U> send_data, int dst, int send_tag, std::span<T> recv_data, int src,
+              int recv_tag) {
+  using S = std::remove_const_t<U>;
+  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
+                         recv_data.size_bytes(), comm.rank(), comm.size());
+  const S* sd = send_data.data();
+  T* rd = recv_data.data();
+  const std::size_t sn = send_data.size(), rn = recv_data.size();
+  if (dst == comm.rank()) {
+    comm.execute("sendrecv", [=](communicator<X>&) { detail::sendrecv_self(sd, sn, send_tag, rd, rn, recv_tag, dst); });
+    return;
+  }
+  const op_ticket ts = comm.next_send_op(dst), tr = comm.next_recv_op(src);
+  comm.execute("sendrecv", [=](communicator<X>& c) { detail::sendrecv_run(c, ts, sd, sn, dst, send_tag, tr, rd, rn, src, recv_tag); });
+}
+
+/// Asynchronous sendrecv: same arguments and checks (thrown here), queued on the progress engine;
+/// both buffers must stay alive (and `send_data` unchanged, `recv_data` unread) until the request
+/// finished.
+/// \tparam X transport of the communicator. \tparam U element type sent, possibly const-qualified.
+/// \tparam T element type received.
+template <transport_policy X, class U, element T>
+  requires element<std::remove_const_t<U>>
+request sendrecv_async(communicator<X>& comm, std::span<U> send_data, int dst, int send_tag, std::span<T> recv_data,
+                       int src, int recv_tag) {
+  using S = std::remove_const_t<U>;
+  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
+                         recv_data.size_bytes(), comm.rank(), comm.size());
+  const S* sd = send_data.data();
+  T* rd = recv_data.data();
+  const std::size_t sn = send_data.size(), rn = recv_data.size();
+  if (dst == comm.rank())
+    return comm.issue("sendrecv", [=](communicator<X>&) { detail::sendrecv_self(sd, sn, send_tag, rd, rn, recv_tag, dst); });
+  const op_ticket ts = comm.next_send_op(dst), tr = comm.next_recv_op(src);
+  return comm.issue("sendrecv", [=](communicator<X>& c) {
+    detail::sendrecv_run(c, ts, sd, sn, dst, send_tag, tr, rd, rn, src, recv_tag);
   });
 }
 

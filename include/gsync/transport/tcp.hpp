@@ -935,7 +935,8 @@ class tcp {
     std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " (" +
                       std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out after waiting " + w + " s for " + what +
                       (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
-    if (id.seq != 0) {
+    if (id.tag >= 0x80000000u) msg += p2p_wait_hint(in_peer);
+    else if (id.seq != 0) {
       if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
       msg += behind_report(id.seq, now + std::chrono::seconds(1));
     }
@@ -1178,8 +1179,18 @@ class tcp {
     std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                       (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
-    log_.warn(msg + behind_report(id.seq, now + std::chrono::seconds(2)));
+    log_.warn(msg + (id.tag >= 0x80000000u ? p2p_wait_hint(in_peer) : behind_report(id.seq, now + std::chrono::seconds(2))));
     return now;
+  }
+
+  // Why a point-to-point message may never come (its numbers are per pair, so the collective
+  // progress records say nothing about it).
+  static std::string p2p_wait_hint(int in_peer) {
+    if (in_peer < 0) return "; the receiver has not taken this point-to-point message yet";
+    return "; rank " + std::to_string(in_peer) +
+           " has not sent it yet. Operations on a communicator run one at a time in issue order, so ranks that each "
+           "issue a recv (or recv_async) before their own send to the next rank wait for each other in a cycle: "
+           "exchange with gsync::sendrecv (both directions at once), or order the calls so that the cycle breaks";
   }
 
   // Sets this rank's stall record back to "0" (no record) if it had published one (best effort).
