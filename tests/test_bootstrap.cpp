@@ -256,3 +256,43 @@ TEST_CASE("setup: a rank that fails after reaching the store makes the others fa
     CHECK(took[r] < 10000ms);
   }
 }
+
+TEST_CASE("setup: communicators joined one after another from the same variables each meet their own store") {
+  // As an MPI code that makes a communicator, frees it and makes another from the same
+  // environment: the second joins on the same store address, while rank 0's first store may still
+  // wait for the slowest rank to leave. Rank 0 leaves last here, so the others reach the old store.
+  const auto port = gsync_test::free_port();
+  const int n = 3;
+  std::vector<std::thread> th;
+  std::vector<int> good(n, 0);
+  std::vector<std::string> err(n);
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        gsync::bootstrap::launch_info li;
+        li.rank = r;
+        li.size = n;
+        li.local_rank = r;
+        li.master_port = port;
+        li.source = "test";
+        li.host_id = "gen-host-" + std::to_string(r);
+        gsync::config cfg;
+        cfg.timeout = std::chrono::seconds(20);
+        for (int k = 0; k < 3; ++k) {
+          auto c = gsync::tcp_communicator::join(li, cfg);
+          std::vector<double> v(64, static_cast<double>(r + k));
+          gsync::allreduce(c, std::span<double>{v});
+          good[static_cast<std::size_t>(r)] += v[63] == static_cast<double>(3 * k + 3);
+          if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      } catch (const std::exception& e) {
+        err[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(err[static_cast<std::size_t>(r)] == "");
+    CHECK(good[static_cast<std::size_t>(r)] == 3);
+  }
+}

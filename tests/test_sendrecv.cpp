@@ -163,6 +163,8 @@ TEST_CASE("sendrecv: recv_async issued before send in a cycle times out with a m
     }
     const std::string m = gsync_test::message_of([&] { q.wait(); });
     CHECK(m.find("gsync::sendrecv") != std::string::npos);
-    CHECK(gsync_test::kind_of([&] { q.wait(); }) == gsync::errc::timeout);
+    // The first rank to time out tells the others, who may then fail as peer_lost with its message.
+    const gsync::errc k = gsync_test::kind_of([&] { q.wait(); });
+    CHECK((k == gsync::errc::timeout || k == gsync::errc::peer_lost));
   }, cfg);
 }
