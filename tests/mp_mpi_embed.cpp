@@ -6,7 +6,8 @@
 //   - within a bound, for float sums of arbitrary values (the two libraries add in different orders);
 //   - in place (MPI_IN_PLACE against gsync's aliasing forms), with roots on every rank;
 //   - point to point: sendrecv against MPI_Sendrecv, send/recv against MPI_Send/MPI_Recv;
-//   - an asynchronous gsync allreduce in flight while the main thread runs MPI collectives.
+//   - an asynchronous gsync allreduce in flight while the main thread runs MPI collectives;
+//   - a second communicator from the same environment after the first is destroyed.
 // Counts 0, 1, fewer than ranks, primes and large (not divisible by the world size).
 // Exit 0 when every rank agrees with MPI everywhere, 1 otherwise (each mismatch is printed).
 
@@ -205,6 +206,16 @@ int main(int argc, char** argv) {
                             std::size_t{65537}, std::size_t{1} << 19 | 3})
         run(comm, c, n, r);
     }
+  } catch (const std::exception& e) {
+    std::printf("rank %d: %s\n", r, e.what());
+    ++g_bad;
+  }
+  // A second communicator from the same environment once the first is gone (the first one's
+  // store may still be waiting for its slowest rank to leave).
+  try {
+    auto comm = gsync::tcp_communicator::from_env();
+    std::mt19937 g(static_cast<unsigned>(r));
+    allreduce_exact<std::int32_t>(comm, g, 4099, gsync::op::max{}, MPI_MAX, "second communicator: allreduce int32 max");
   } catch (const std::exception& e) {
     std::printf("rank %d: %s\n", r, e.what());
     ++g_bad;

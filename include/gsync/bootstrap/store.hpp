@@ -16,9 +16,10 @@
 ///   add:  string key, i64 delta             -> ok i64 value
 ///   wait: u32 timeout_ms, u32 n, n x string -> ok | timeout
 ///   check: string key                       -> ok u8 exists
-///   hello: i32 rank [u64 generation]        -> ok u8 1     (this connection belongs to that rank)
-///                                           -> ok u8 0     (this store serves another generation: the
-///                                                           client closes and connects again)
+///   hello: i32 rank                         -> ok u8 1     (this connection belongs to that rank)
+///                                           -> ok u8 0     (that rank has joined this store before: the
+///                                                           hello is from the job's next communicator,
+///                                                           which closes and connects again)
 ///   bye:   (empty)                          -> no reply    (the rank leaves normally)
 /// A rank whose connection closes without "bye" (killed, crashed, or unwinding after an error) is
 /// lost: the server records `gsync/lost` and answers every pending and later get / wait that is
@@ -39,6 +40,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -95,7 +97,6 @@ struct request {
   std::string value;                ///< set
   std::int64_t delta = 0;           ///< add
   std::int32_t rank = -1;           ///< hello
-  std::uint64_t generation = 0;     ///< hello (absent: 0)
 };
 
 /// Decodes request frame `f` (command byte, then body). Returns false, with the reason in `why`,
@@ -127,7 +128,7 @@ inline bool parse_request(std::string_view f, request& r, std::string& why) {
     }
     case cmd_add: ok = key() && rd.get(r.delta); break;
     case cmd_check: ok = key(); break;
-    case cmd_hello: ok = rd.get(r.rank) && r.rank >= 0 && (rd.n == 0 || rd.get(r.generation)); break;
+    case cmd_hello: ok = rd.get(r.rank) && r.rank >= 0; break;
     case cmd_bye: ok = true; break;
     default: why = "unknown command " + std::to_string(r.cmd); return false;
   }
@@ -142,8 +143,8 @@ class store_server {
  public:
   /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`); clients must prove `key`.
   store_server(const std::string& bind_addr, std::uint16_t port, logger log = {},
-               auth::job_key key = auth::job_key::from_env(), std::uint64_t generation = 0)
-      : acc_(io_), log_(log), key_(std::move(key)), generation_(generation) {
+               auth::job_key key = auth::job_key::from_env())
+      : acc_(io_), log_(log), key_(std::move(key)) {
     asio::error_code ec;
     auto addr = asio::ip::make_address(bind_addr, ec);
     if (ec) throw error(errc::invalid_argument, "store: bad bind address '" + bind_addr + "'");
@@ -335,9 +336,10 @@ class store_server {
         return;
       }
       case cmd_hello: {
-        // A rank joining the next communicator of the same job can reach this store while it
-        // still waits for the ranks of its own communicator to leave: turned away, not counted.
-        const bool mine = rq.generation == generation_;
+        // Each rank joins a store once. A second hello of a rank comes from the job's next
+        // communicator, made from the same variables while this store still waits for its own
+        // ranks to leave: turned away, not counted, so that it connects again to the next store.
+        const bool mine = joined_.insert(rq.rank).second;
         if (mine) c.rank = rq.rank;
         reply(c, st_ok, std::string(1, mine ? '\1' : '\0'));
         return;
@@ -425,7 +427,7 @@ class store_server {
   std::vector<parked> parked_;
   std::map<std::string, std::string> kv_;
   std::string lost_;  // the first rank lost, once one is
-  std::uint64_t generation_ = 0;  // which of the job's successive communicators this store serves
+  std::set<int> joined_;  // ranks that said hello (each joins once)
   std::thread thread_;
 };
 
@@ -456,13 +458,12 @@ class store_client {
     [[maybe_unused]] auto w = ::send(s_.native_handle(), req.data(), req.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
-  /// Tells the server that this connection belongs to `rank` (see the lost-rank rule above) of
-  /// the job's communicator number `generation`. Returns false, without joining, when the server
-  /// serves another generation (the previous communicator's store, not yet closed).
-  bool hello(int rank, deadline dl, std::uint64_t generation = 0) {
+  /// Tells the server that this connection belongs to `rank` (see the lost-rank rule above).
+  /// Returns false, without joining, when `rank` has joined this store before: it is the store of
+  /// the job's previous communicator, not yet closed.
+  bool hello(int rank, deadline dl) {
     std::string b;
     store_proto::put<std::int32_t>(b, rank);
-    store_proto::put<std::uint64_t>(b, generation);
     const std::string r = call(store_proto::cmd_hello, b, dl);
     if (r == std::string(1, '\0')) return false;
     rank_ = rank;

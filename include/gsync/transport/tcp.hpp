@@ -61,7 +61,6 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,16 +89,6 @@
 
 namespace gsync::transport {
 
-namespace detail_store {
-/// The number of communicators this rank has joined before through the store at addr:port (0 for
-/// the first). Every rank joins a job's communicators in the same order, so the numbers agree.
-inline std::uint64_t next_store_generation(const std::string& addr, std::uint16_t port, int rank) {
-  static std::mutex m;
-  static std::map<std::string, std::uint64_t> joined;
-  std::lock_guard lk(m);
-  return joined[addr + ":" + std::to_string(port) + "#" + std::to_string(rank)]++;
-}
-}  // namespace detail_store
 
 /// Tunables of the TCP transport.
 struct tcp_options {
@@ -190,29 +179,28 @@ class tcp {
     const auto net_gbps = detail::env("GSYNC_NET_GBPS"), net_latency = detail::env("GSYNC_NET_LATENCY_US");
     detail::override_links({}, net_gbps, net_latency);  // checks the values
     auto master = detail::resolve_host(io_, li.master_addr);
-    // The job's communicators joined one after another from the same variables meet at the same
-    // store address: each rank numbers its joins, and a store turns away ranks of another number.
-    const std::uint64_t generation = detail_store::next_store_generation(li.master_addr, li.master_port, rank_);
     if (rank_ == 0) {
       std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
-      server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_, generation);
+      server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
     }
     // Rank 0 serves the store: if its set-up fails, it keeps serving until the others have left
     // (bounded), so that they fail naming the real cause rather than a vanished store.
     try {
       master_addr_ = li.master_addr;
       master_port_ = li.master_port;
-      // From hello on, if this rank dies the others hear of it from the store. A store that serves
-      // the previous communicator (still waiting for its ranks to leave) turns this rank away: it
-      // connects again until the current one answers.
+      // From hello on, if this rank dies the others hear of it from the store. Communicators made
+      // one after another from the same variables meet at the same address: the previous one's
+      // store (still waiting for its ranks to leave) turns this rank away, and it connects again
+      // until the current one answers.
       for (;;) {
         store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
-        if (store_->hello(rank_, dl, generation)) break;
+        if (store_->hello(rank_, dl)) break;
         store_.reset();
         if (std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl)
           throw error(errc::timeout, "rank " + std::to_string(rank_) + ": the gsync store at " + li.master_addr + ":" +
-                                         std::to_string(li.master_port) + " served another of this job's communicators until the deadline (this is communicator #" +
-                                         std::to_string(generation + 1) + " this rank joins there)");
+                                         std::to_string(li.master_port) + " still served a communicator that this rank had joined before, until the deadline (a communicator "
+                                         "of this job made from the same variables is still open, or two processes claim rank " +
+                                         std::to_string(rank_) + ")");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       const auto me = bootstrap::pick_listen_address(io_, master);
