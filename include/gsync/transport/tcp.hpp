@@ -192,9 +192,14 @@ class tcp {
       // one after another from the same variables meet at the same address: the previous one's
       // store (still waiting for its ranks to leave) turns this rank away, and it connects again
       // until the current one answers.
+      // That store may also close while this rank is still talking to it (peer_lost): the same.
       for (;;) {
-        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
-        if (store_->hello(rank_, dl)) break;
+        try {
+          store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
+          if (store_->hello(rank_, dl)) break;
+        } catch (const error& e) {
+          if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl) throw;
+        }
         store_.reset();
         if (std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl)
           throw error(errc::timeout, "rank " + std::to_string(rank_) + ": the gsync store at " + li.master_addr + ":" +
