@@ -269,17 +269,9 @@ TEST_CASE("setup: communicators joined one after another from the same variables
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        gsync::bootstrap::launch_info li;
-        li.rank = r;
-        li.size = n;
-        li.local_rank = r;
-        li.master_port = port;
-        li.source = "test";
-        li.host_id = "gen-host-" + std::to_string(r);
-        gsync::config cfg;
-        cfg.timeout = std::chrono::seconds(20);
+        const auto li = gsync_test::test_launch_info(r, n, port, "gen-host-" + std::to_string(r));
         for (int k = 0; k < 3; ++k) {
-          auto c = gsync::tcp_communicator::join(li, cfg);
+          auto c = gsync::tcp_communicator::join(li, gsync_test::with_timeout(std::chrono::seconds(20)));
           std::vector<double> v(64, static_cast<double>(r + k));
           gsync::allreduce(c, std::span<double>{v});
           good[static_cast<std::size_t>(r)] += v[63] == static_cast<double>(3 * k + 3);

@@ -19,17 +19,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-gsync::config short_config() {
-  gsync::config c;
-  c.timeout = 30s;
-  return c;
-}
-
 template <class F>
 void on_all(int n, F f) {
-  SUBCASE("inproc") { gsync_test::run_inproc(n, f, short_config()); }
-  SUBCASE("tcp") { gsync_test::run_tcp(n, f, short_config()); }
-  SUBCASE("shm") { gsync_test::run_shm(n, f, short_config()); }
+  const gsync::config cfg = gsync_test::with_timeout(30s);
+  SUBCASE("inproc") { gsync_test::run_inproc(n, f, cfg); }
+  SUBCASE("tcp") { gsync_test::run_tcp(n, f, cfg); }
+  SUBCASE("shm") { gsync_test::run_shm(n, f, cfg); }
 }
 
 float fwd_value(int from, std::size_t i) { return static_cast<float>(from) * 0.5f + static_cast<float>(i % 1021); }
@@ -151,8 +146,6 @@ TEST_CASE("sendrecv: a rank with itself copies, and wrong peers, tags and overla
 }
 
 TEST_CASE("sendrecv: recv_async issued before send in a cycle times out with a message that names sendrecv") {
-  gsync::config cfg;
-  cfg.timeout = 2s;
   gsync_test::run_tcp(3, [](auto& comm, gsync_test::world_sync&) {
     const int r = comm.rank();
     std::vector<float> v(16, 1.f), got(16);
@@ -166,5 +159,5 @@ TEST_CASE("sendrecv: recv_async issued before send in a cycle times out with a m
     // The first rank to time out tells the others, who may then fail as peer_lost with its message.
     const gsync::errc k = gsync_test::kind_of([&] { q.wait(); });
     CHECK((k == gsync::errc::timeout || k == gsync::errc::peer_lost));
-  }, cfg);
+  }, gsync_test::with_timeout(2s));
 }

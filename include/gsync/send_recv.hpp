@@ -84,8 +84,7 @@ template <class S, class R>
 void sendrecv_self(const S* sd, std::size_t sn, int stag, R* rd, std::size_t rn, int rtag, int self) {
   const fingerprint fs = make_fingerprint<S>(sn), fr = make_fingerprint<R>(rn);
   if (stag != rtag || !(fs == fr)) {
-    const std::string me = "rank " + std::to_string(self);
-    throw error(errc::mismatch, "sendrecv: " + me + " sends itself " +
+    throw error(errc::mismatch, "sendrecv: rank " + std::to_string(self) + " sends itself " +
                                     transport::describe_message(tag_p2p | static_cast<std::uint32_t>(stag), 1, fs, "send") +
                                     " but receives " + transport::describe_message(tag_p2p | static_cast<std::uint32_t>(rtag), 1, fr, "recv"));
   }
@@ -110,6 +109,19 @@ inline void check_sendrecv(int dst, int stag, const void* sd, std::size_t sbytes
     check_p2p("sendrecv", src, rtag, self, world);
   }
   if (overlaps(sd, sbytes, rd, rbytes)) invalid("sendrecv", "the send and receive buffers overlap");
+}
+
+/// Checks a sendrecv's arguments, numbers its messages (none with itself) and returns the job
+/// that runs it, for `execute` or `issue`.
+template <class X, class S, class R>
+auto sendrecv_job(communicator<X>& comm, std::span<const S> s, int dst, int stag, std::span<R> r, int src, int rtag) {
+  check_sendrecv(dst, stag, s.data(), s.size_bytes(), src, rtag, r.data(), r.size_bytes(), comm.rank(), comm.size());
+  const bool self = dst == comm.rank();
+  const op_ticket ts = self ? op_ticket{} : comm.next_send_op(dst), tr = self ? op_ticket{} : comm.next_recv_op(src);
+  return [=, sd = s.data(), sn = s.size(), rd = r.data(), rn = r.size()](communicator<X>& c) {
+    if (self) sendrecv_self(sd, sn, stag, rd, rn, rtag, dst);
+    else sendrecv_run(c, ts, sd, sn, dst, stag, tr, rd, rn, src, rtag);
+  };
 }
 
 }  // namespace detail
@@ -185,18 +197,7 @@ template <transport_policy X, class U, element T>
   requires element<std::remove_const_t<U>>
 void sendrecv(communicator<X>& comm, std::span<U> send_data, int dst, int send_tag, std::span<T> recv_data, int src,
               int recv_tag) {
-  using S = std::remove_const_t<U>;
-  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
-                         recv_data.size_bytes(), comm.rank(), comm.size());
-  const S* sd = send_data.data();
-  T* rd = recv_data.data();
-  const std::size_t sn = send_data.size(), rn = recv_data.size();
-  if (dst == comm.rank()) {
-    comm.execute("sendrecv", [=](communicator<X>&) { detail::sendrecv_self(sd, sn, send_tag, rd, rn, recv_tag, dst); });
-    return;
-  }
-  const op_ticket ts = comm.next_send_op(dst), tr = comm.next_recv_op(src);
-  comm.execute("sendrecv", [=](communicator<X>& c) { detail::sendrecv_run(c, ts, sd, sn, dst, send_tag, tr, rd, rn, src, recv_tag); });
+  comm.execute("sendrecv", detail::sendrecv_job(comm, std::span<const std::remove_const_t<U>>{send_data}, dst, send_tag, recv_data, src, recv_tag));
 }
 
 /// Asynchronous sendrecv: same arguments and checks (thrown here), queued on the progress engine;
@@ -208,18 +209,7 @@ template <transport_policy X, class U, element T>
   requires element<std::remove_const_t<U>>
 request sendrecv_async(communicator<X>& comm, std::span<U> send_data, int dst, int send_tag, std::span<T> recv_data,
                        int src, int recv_tag) {
-  using S = std::remove_const_t<U>;
-  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
-                         recv_data.size_bytes(), comm.rank(), comm.size());
-  const S* sd = send_data.data();
-  T* rd = recv_data.data();
-  const std::size_t sn = send_data.size(), rn = recv_data.size();
-  if (dst == comm.rank())
-    return comm.issue("sendrecv", [=](communicator<X>&) { detail::sendrecv_self(sd, sn, send_tag, rd, rn, recv_tag, dst); });
-  const op_ticket ts = comm.next_send_op(dst), tr = comm.next_recv_op(src);
-  return comm.issue("sendrecv", [=](communicator<X>& c) {
-    detail::sendrecv_run(c, ts, sd, sn, dst, send_tag, tr, rd, rn, src, recv_tag);
-  });
+  return comm.issue("sendrecv", detail::sendrecv_job(comm, std::span<const std::remove_const_t<U>>{send_data}, dst, send_tag, recv_data, src, recv_tag));
 }
 
 }  // namespace gsync

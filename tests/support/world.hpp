@@ -75,6 +75,26 @@ void run_inproc(int n, F f, gsync::config cfg = {}) {
   run_threads<gsync::inproc_communicator>(n, [&](int r) { return std::move(comms[r]); }, f);
 }
 
+/// A configuration whose operations time out after `t`.
+inline gsync::config with_timeout(std::chrono::milliseconds t) {
+  gsync::config c;
+  c.timeout = t;
+  return c;
+}
+
+/// What a launcher would tell rank r of n whose store is on 127.0.0.1:port, on host `host`
+/// (GSYNC_HOST_ID semantics; empty: computed).
+inline gsync::bootstrap::launch_info test_launch_info(int r, int n, std::uint16_t port, std::string host = {}) {
+  gsync::bootstrap::launch_info li;
+  li.rank = r;
+  li.size = n;
+  li.local_rank = r;
+  li.master_port = port;
+  li.source = "test";
+  li.host_id = std::move(host);
+  return li;
+}
+
 /// n ranks over the host transport on loopback, bootstrapped through a store on a free port.
 /// `host_of(r)` names rank r's host (GSYNC_HOST_ID semantics): ranks with equal names share memory,
 /// the others talk over TCP. By default all ranks are on one host (shared memory, unless
@@ -84,16 +104,7 @@ void run_host(int n, F f, gsync::config cfg, std::function<std::string(int)> hos
   const auto port = free_port();
   run_threads<gsync::tcp_communicator>(
       n,
-      [&](int r) {
-        gsync::bootstrap::launch_info li;
-        li.rank = r;
-        li.size = n;
-        li.local_rank = r;
-        li.master_port = port;
-        li.source = "test";
-        if (host_of) li.host_id = host_of(r);
-        return gsync::tcp_communicator::join(li, cfg);
-      },
+      [&](int r) { return gsync::tcp_communicator::join(test_launch_info(r, n, port, host_of ? host_of(r) : std::string{}), cfg); },
       f);
 }
 

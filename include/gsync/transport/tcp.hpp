@@ -89,7 +89,6 @@
 
 namespace gsync::transport {
 
-
 /// Tunables of the TCP transport.
 struct tcp_options {
   int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets
