@@ -17,7 +17,7 @@
 /// The call path, top to bottom: this file checks arguments and numbers the operation;
 /// algo/select.hpp turns runtime facts into an algorithm type; the algorithm (algo/ring.hpp) runs
 /// its schedule over primitives (core/primitives.hpp), which move bytes through the transport
-/// (transport/tcp.hpp, transport/inproc.hpp).
+/// (transport/tcp.hpp, whose endpoint is transport/mesh/; transport/inproc.hpp).
 ///
 /// Memory: no allocation proportional to the message. Out of place, the input is only read. The
 /// only scratch is fixed per communicator: the TCP transport's 256 KiB staging buffer and the

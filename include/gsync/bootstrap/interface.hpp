@@ -11,7 +11,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <asio.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
 #include <set>
 #include <string>
 

@@ -11,7 +11,6 @@
 /// two concurrent `mpirun` jobs on one host do not collide.
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 

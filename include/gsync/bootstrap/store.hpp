@@ -34,7 +34,9 @@
 
 #include <poll.h>
 
-#include <asio.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
 #include <atomic>
 #include <cstdint>
 #include <cstring>

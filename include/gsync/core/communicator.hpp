@@ -37,7 +37,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -271,7 +270,12 @@ class communicator {
   std::chrono::steady_clock::time_point running_since() const noexcept { return running_since_; }
 
   /// True the first time a collective shape is seen (used to log algorithm choices once per shape).
-  bool first_time(const std::string& shape) { return logged_shapes_.insert(shape).second; }
+  bool first_time(const std::string& shape) {
+    for (const auto& s : logged_shapes_)
+      if (s == shape) return false;
+    logged_shapes_.push_back(shape);  // a few shapes per job (only logged ones are kept)
+    return true;
+  }
   /// Recent automatic allreduce choices (see core/choice_memo.hpp).
   detail::choice_memo& allreduce_choices() noexcept { return allreduce_choices_; }
 
@@ -386,7 +390,7 @@ class communicator {
   std::uint64_t job_seq_ = 0;          // collectives inside submit() jobs (engine thread only)
   std::vector<p2p_counters> p2p_;      // per peer, for send/recv
   std::vector<p2p_counters> job_p2p_;  // per peer, for send/recv inside submit() jobs
-  std::set<std::string> logged_shapes_;
+  std::vector<std::string> logged_shapes_;
   detail::choice_memo allreduce_choices_;
   std::atomic<std::int64_t> call_timeout_ms_{0};   // with_timeout (0: none); read at issue
   std::chrono::milliseconds running_timeout_{0};   // the running operation's (0: none)

@@ -30,7 +30,6 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
-#include <immintrin.h>
 #define GSYNC_HAVE_F16C_PATH 1
 #else
 #define GSYNC_HAVE_F16C_PATH 0
@@ -56,11 +55,24 @@ inline bool f16c_available() noexcept {
 #if GSYNC_HAVE_F16C_PATH
 #define GSYNC_F16C_TARGET [[gnu::target("avx,f16c")]]
 
+// The compiler's own vector types and F16C builtins (what <immintrin.h> wraps), so that every
+// translation unit that reduces does not parse the 60,000 lines of the intrinsics headers.
+typedef short f16c_v8hi __attribute__((vector_size(16), aligned(1)));
+typedef float f16c_v8sf __attribute__((vector_size(32), aligned(1)));
+/// Eight halves at `p` widened to floats at `out` (unaligned). F16C must be available.
+GSYNC_F16C_TARGET inline void f16c_widen8(const half* p, float* out) noexcept {
+  *reinterpret_cast<f16c_v8sf*>(out) = __builtin_ia32_vcvtph2ps256(*reinterpret_cast<const f16c_v8hi*>(p));
+}
+/// Eight floats at `p` narrowed to halves at `out` (unaligned), rounding to nearest even.
+GSYNC_F16C_TARGET inline void f16c_narrow8(const float* p, half* out) noexcept {
+  *reinterpret_cast<f16c_v8hi*>(out) = __builtin_ia32_vcvtps2ph256(*reinterpret_cast<const f16c_v8sf*>(p), 0);
+}
+
 /// dst[i] = float(src[i]), 8 at a time. F16C must be available.
 GSYNC_F16C_TARGET inline void halves_to_floats_f16c(const half* src, float* dst, std::size_t n) noexcept {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    f16c_widen8(src + i, dst + i);
   for (; i < n; ++i) dst[i] = half_bits_to_float(src[i].bits());
 }
 
@@ -68,7 +80,7 @@ GSYNC_F16C_TARGET inline void halves_to_floats_f16c(const half* src, float* dst,
 GSYNC_F16C_TARGET inline void floats_to_halves_f16c(const float* src, half* dst, std::size_t n) noexcept {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), 0));
+    f16c_narrow8(src + i, dst + i);
   for (; i < n; ++i) dst[i] = half(src[i]);
 }
 
@@ -83,12 +95,12 @@ GSYNC_F16C_TARGET inline void combine_halves_f16c(half* dst, const half* a, cons
   // Whole blocks: a constant trip count, which GCC vectorizes even at -O2.
   for (; i + B <= n; i += B) {
     for (std::size_t k = 0; k < B; k += 8) {
-      _mm256_store_ps(fa + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + k))));
-      _mm256_store_ps(fb + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + k))));
+      f16c_widen8(a + i + k, fa + k);
+      f16c_widen8(b + i + k, fb + k);
     }
     for (std::size_t k = 0; k < B; ++k) fa[k] = f(fa[k], fb[k]);
     for (std::size_t k = 0; k < B; k += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + k), _mm256_cvtps_ph(_mm256_load_ps(fa + k), 0));
+      f16c_narrow8(fa + k, dst + i + k);
   }
   // The tail (< 64 elements) with the portable conversions, which give the same bits.
   for (; i < n; ++i) dst[i] = half(f(static_cast<float>(a[i]), static_cast<float>(b[i])));

@@ -14,7 +14,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
+#include <utility>
+#include <vector>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -80,9 +81,10 @@ inline int log_fd(int rank) {
   static const std::optional<std::string> tmpl = env("GSYNC_DEBUG_FILE");
   if (!tmpl || tmpl->empty()) return 2;
   static std::mutex m;
-  static std::map<int, int> fds;
+  static std::vector<std::pair<int, int>> fds;  // (rank, descriptor): a few entries per process
   std::lock_guard lk(m);
-  if (auto it = fds.find(rank); it != fds.end()) return it->second;
+  for (const auto& [r, fd] : fds)
+    if (r == rank) return fd;
   const std::string r = rank >= 0 ? std::to_string(rank) : "x";
   bool has_rank = false;
   std::string path = expand_rank_path(*tmpl, r, has_rank);
@@ -93,7 +95,7 @@ inline int log_fd(int rank) {
     [[maybe_unused]] auto n = ::write(2, w.data(), w.size());
     fd = 2;
   }
-  fds[rank] = fd;
+  fds.emplace_back(rank, fd);
   return fd;
 }
 

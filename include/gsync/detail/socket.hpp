@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <asio.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>

@@ -1,0 +1,18 @@
+#pragma once
+/// \file
+/// The two build modes of gsync, as Asio offers them.
+///
+/// - Header-only (the default): the set-up code (store, connections, shared-memory rings, the
+///   transport's out-of-line functions) is `inline` and compiled in every translation unit that
+///   uses it; nothing to link but the system libraries.
+/// - `GSYNC_SEPARATE_COMPILATION` defined in every translation unit of the program: the set-up
+///   code is only declared by the headers (no Asio, OpenSSL or store code is parsed there), and one
+///   source file compiles it: `src/gsync.cpp` (CMake target `gsync::compiled`), or a file of the
+///   program's own that says `#include <gsync/impl/src.hpp>`. Mixing the modes in one program breaks
+///   the one-definition rule.
+
+#if defined(GSYNC_SEPARATE_COMPILATION)
+#define GSYNC_DECL
+#else
+#define GSYNC_DECL inline
+#endif

@@ -1,0 +1,11 @@
+#pragma once
+/// \file
+/// The compiled part of gsync in GSYNC_SEPARATE_COMPILATION mode (see detail/build_mode.hpp):
+/// include this header in exactly one source file of the program (src/gsync.cpp does, for the
+/// CMake target `gsync::compiled`).
+
+#if !defined(GSYNC_SEPARATE_COMPILATION)
+#error "gsync/impl/src.hpp is for GSYNC_SEPARATE_COMPILATION builds; header-only builds need no source file"
+#endif
+
+#include "gsync/transport/mesh/impl.ipp"

@@ -1,0 +1,199 @@
+#pragma once
+/// \file
+/// Diagnostics of a waiting call: stall records in the store, stall reports, timeouts that name
+/// the ranks behind, and the mismatch cross-check against what other peers sent.
+/// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
+
+#include "gsync/transport/mesh/host_mesh.hpp"
+
+namespace gsync::transport {
+
+// Timeout of the operation `id`: names the call, its bytes, how long it waited and for whom,
+// and (from the store's progress records) which ranks had not reached it.
+[[noreturn]] inline void host_mesh::timed_out(int in_peer, message_id id) {
+  std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
+  std::string blocked;
+  for (int p = 0; p < size_; ++p)
+    if (!peers_[p].q.empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
+  const auto now = std::chrono::steady_clock::now();
+  const double waited = (id.seq == stall_.seq && id.tag == stall_.tag)
+                            ? std::chrono::duration<double>(now - stall_.since).count() : 0.0;
+  char w[32];
+  std::snprintf(w, sizeof w, "%.1f", waited);
+  std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " (" +
+                    std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out after waiting " + w + " s for " + what +
+                    (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
+  if (id.tag >= 0x80000000u) msg += p2p_wait_hint(in_peer);
+  else if (id.seq != 0) {
+    if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
+    msg += behind_report(id.seq, now + std::chrono::seconds(1));
+  }
+  fail(errc::timeout, msg);
+}
+
+// Stall report. An operation that has waited half of GSYNC_STALL_WARN_S, or half of its own
+// timeout, publishes "gsync/stall/R" = its op number and call in the store (silently), and from
+// then on compares the record of the peer it waits for once a second: a peer waiting in another
+// collective under the same op number is a mismatch, raised at once (`other_call`). At
+// GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
+// according to the store: a rank with no record, or one stalled at an earlier op, is the one to
+// look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
+// Returns the time it read, or nothing on an operation's first wait (nothing to check yet).
+// Its clock is detail::tick_clock: read on every wait, at a tenth of a second's precision needed.
+inline std::optional<std::chrono::steady_clock::time_point> host_mesh::stall_check(int in_peer, message_id id, deadline dl) {
+  if (id.seq == 0) return std::nullopt;
+  const auto now = detail::tick_clock::now();
+  if (id.seq != stall_.seq || id.tag != stall_.tag) {
+    withdraw_stall_record();  // the stalled op finished
+    stall_ = stall_state{id.tag, id.seq, now, 0};
+    return std::nullopt;
+  }
+  const auto waited = now - stall_.since;
+  const auto warn = std::chrono::seconds(opt_.stall_warn_s > 0 ? opt_.stall_warn_s : 1000000000);
+  const auto publish_at = std::min<std::chrono::steady_clock::duration>(warn / 2, (dl - stall_.since) / 2);
+  if (stall_.stage == 0 && waited >= publish_at) {
+    stall_.stage = 1;
+    try {
+      store_->set("gsync/stall/" + std::to_string(rank_), stall_record(id), now + std::chrono::seconds(2));
+    } catch (const error&) {
+    }
+  }
+  // A peer stalled in another collective under the same operation number can never meet this
+  // one (a rank skipped or added a collective, and neither side sends the other anything this
+  // call could check): a mismatch, reported now rather than as a timeout later.
+  // Only the peer waited for is asked (one store request a second however large the job); a
+  // timeout asks them all (timed_out).
+  if (stall_.stage >= 1 && in_peer >= 0 && now - stall_.checked >= std::chrono::seconds(1)) {
+    stall_.checked = now;
+    if (auto m = other_call(id, now + std::chrono::seconds(2), in_peer)) fail(errc::mismatch, *m);
+  }
+  if (opt_.stall_warn_s <= 0 || stall_.stage != 1 || waited < warn) return now;
+  stall_.stage = 2;
+  std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
+                    (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
+  log_.warn(msg + (id.tag >= 0x80000000u ? p2p_wait_hint(in_peer) : behind_report(id.seq, now + std::chrono::seconds(2))));
+  return now;
+}
+
+// Why a point-to-point message may never come (its numbers are per pair, so the collective
+// progress records say nothing about it).
+inline std::string host_mesh::p2p_wait_hint(int in_peer) {
+  if (in_peer < 0) return "; the receiver has not taken this point-to-point message yet";
+  return "; rank " + std::to_string(in_peer) +
+         " has not sent it yet. Operations on a communicator run one at a time in issue order, so ranks that each "
+         "issue a recv (or recv_async) before their own send to the next rank wait for each other in a cycle: "
+         "exchange with gsync::sendrecv (both directions at once), or order the calls so that the cycle breaks";
+}
+
+// Sets this rank's stall record back to "0" (no record) if it had published one (best effort).
+inline void host_mesh::withdraw_stall_record() noexcept {
+  if (stall_.stage == 0) return;
+  stall_.stage = 0;
+  stall_.seq = 0;
+  try {
+    store_->set("gsync/stall/" + std::to_string(rank_), "0", std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  } catch (...) {
+  }
+}
+
+// A stall record: "SEQ TAG FP" (FP: the fingerprint's 16 bytes in hex), so that a peer can tell
+// which call this rank waits in; readers take the leading number as the operation number.
+inline std::string host_mesh::stall_record(message_id id) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string r = std::to_string(id.seq) + " " + std::to_string(id.tag) + " ";
+  unsigned char b[sizeof(fingerprint)];
+  std::memcpy(b, &id.fp, sizeof b);
+  for (unsigned char c : b) r += hex[c >> 4], r += hex[c & 15];
+  return r;
+}
+
+// The other side of a collective mismatch that the store shows: a peer (`only`, else any) whose
+// stall record names the same operation number as `id` but another call. Collectives only
+// (point-to-point messages are numbered per pair). Best effort: nullopt when there is none or
+// the store cannot say.
+inline std::optional<std::string> host_mesh::other_call(message_id id, deadline sdl, int only) {
+  if (id.seq == 0 || id.tag >= 0x80000000u) return std::nullopt;
+  try {
+    for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : size_); ++j) {
+      if (j == rank_) continue;
+      const std::string key = "gsync/stall/" + std::to_string(j);
+      if (!store_->check(key, sdl)) continue;
+      std::istringstream in(store_->get(key, sdl));
+      std::uint64_t seq = 0;
+      std::uint32_t tag = 0;
+      std::string fph;
+      if (!(in >> seq >> tag >> fph) || seq != id.seq || fph.size() != 2 * sizeof(fingerprint) || tag >= 0x80000000u) continue;
+      unsigned char b[sizeof(fingerprint)];
+      bool ok = true;
+      for (std::size_t i = 0; i < sizeof b && ok; ++i) {
+        unsigned v = 0;
+        ok = std::sscanf(fph.c_str() + 2 * i, "%2x", &v) == 1;
+        b[i] = static_cast<unsigned char>(v);
+      }
+      fingerprint fp;
+      std::memcpy(&fp, b, sizeof fp);
+      if (!ok || (tag == id.tag && fp == id.fp)) continue;
+      std::string m = "rank " + std::to_string(rank_) + " called " + describe_message(id.tag, id.seq, id.fp) + ", rank " +
+                      std::to_string(j) + " called " + describe_message(tag, seq, fp);
+      m += tag != id.tag ? ": different operations" : ": they disagree on the " + fingerprint_difference(id.fp, fp);
+      return m + " (both wait, each in its own call: a rank skipped or added a collective?)";
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// "; ranks that have not reached op #S: ..." from the other ranks' progress records in the store.
+inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
+  try {
+    std::string behind, waiting;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      const std::string key = "gsync/stall/" + std::to_string(j);
+      const std::uint64_t at = store_->check(key, sdl) ? std::stoull(store_->get(key, sdl)) : 0;
+      if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
+      else if (at < seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
+      else waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
+    }
+    std::string m = behind.empty() ? "; every other rank has reached it and is waiting too (a lost message or a dead link?)"
+                                   : "; ranks that have not reached op #" + std::to_string(seq) + ": " + behind;
+    if (!waiting.empty()) m += "; waiting at or after it: " + waiting;
+    return m;
+  } catch (const std::exception& e) {
+    return std::string("; the store could not be asked which ranks are behind: ") + e.what();
+  }
+}
+
+// A collective that has waited 100 ms looks at the next frame every other peer has sent this
+// rank (without consuming it): a frame of this very operation carrying another fingerprint is
+// a mismatch now, and a failure notice fails this rank now, rather than at the timeout. This
+// catches the calls where the disagreeing ranks never read from each other (two ranks each
+// believing to be a broadcast's root wait for different parents). Point-to-point messages are
+// numbered per pair and are not compared across peers.
+inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now) {
+  if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag) return;
+  if (now - stall_.since < std::chrono::milliseconds(100)) return;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || p == in_peer) continue;
+    auto& c = peers_[p];
+    frame_header h;
+    if (c.shm) {
+      const std::uint64_t start = shm::align64(c.in_pos);
+      if (shm::get_stamp(c.in_data + start % c.in_cap) != shm::stamp_of(start, c.in_key)) continue;
+      std::memcpy(&h, c.in_data + start % c.in_cap + shm::header_offset, sizeof h);
+    } else {
+      if (c.fd < 0 || c.closed) continue;
+      if (::recv(c.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) continue;
+    }
+    if (h.magic == notice_magic) {  // consume and report it
+      if (c.shm) shm_read_header(p, h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+      else read_exact(p, reinterpret_cast<std::byte*>(&h), sizeof h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+      on_notice(p, h, nullptr, 0, id);
+    }
+    if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))
+      check(h, id, static_cast<std::size_t>(h.bytes), p, nullptr, 0);
+  }
+}
+
+}  // namespace gsync::transport

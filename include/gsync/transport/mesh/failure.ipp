@@ -1,0 +1,263 @@
+#pragma once
+/// \file
+/// The failure protocol: abort, failure notices to the peers, failure records in the store, lost
+/// peers (naming the rank lost first) and the poisoning of the endpoint after an error.
+/// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
+
+#include "gsync/transport/mesh/host_mesh.hpp"
+
+namespace gsync::transport {
+
+
+/// Aborts this endpoint; thread-safe, callable while another thread waits in it. Records
+/// `why` in the store for the peers (through a connection of its own, at most ~1 s), then shuts
+/// every connection down and rings the doorbells: the waiting thread wakes and fails with
+/// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
+/// reporting the abort. Idempotent.
+inline void host_mesh::abort(const std::string& why) noexcept {
+  {
+    std::lock_guard lk(abort_m_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
+    try {
+      abort_msg_ = why;
+    } catch (...) {
+    }
+    aborted_.store(true, std::memory_order_release);
+  }
+  try {
+    // The reason goes to the store before the peers are woken below, so that they report it:
+    // 3 s for a fresh connection (1 s was too short on a loaded machine under a sanitizer: the
+    // peers then reported a lost rank without the reason).
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    bootstrap::store_client sc(master_addr_, master_port_, d, key_);
+    sc.set(failed_key(rank_), failure_record(errc::aborted, why), d);
+  } catch (...) {
+    // best effort: the peers will see the connections close and report a lost rank instead
+  }
+  abort_recorded_.store(true, std::memory_order_release);
+  for (auto& p : peers_)
+    if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
+  if (seg_) {
+    seg_.bell().failed.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
+    for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+    seg_.bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
+    shm::notify(seg_.bell());
+  }
+}
+
+[[gnu::cold, gnu::noinline]] inline void host_mesh::bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+  if (h.magic == notice_magic) on_notice(peer, h, have, got, id);
+  try {
+    check_header(h, id, n, rank_, peer);
+  } catch (const error& e) {
+    fail(e.kind(), e.what());
+  }
+}
+
+// `peer` failed and said why in a notice frame (see send_notices): fail with its kind if it is
+// a mismatch or an abort (so every rank reports what actually went wrong), else peer_lost.
+[[noreturn]] inline void host_mesh::on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
+  const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(h.bytes, max_notice_bytes));
+  std::string why(len, '\0');
+  std::size_t at = std::min(got, len);
+  if (at) std::memcpy(why.data(), have, at);
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    if (peers_[peer].shm) shm_read_payload(peer, reinterpret_cast<std::byte*>(why.data()), len, 1, nullptr, d, id);
+    else if (at < len) read_exact(peer, reinterpret_cast<std::byte*>(why.data()) + at, len - at, d, id);
+  } catch (const error&) {
+    if (broken_) throw;
+    why += " [cut short]";
+  }
+  const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+  if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+  const auto k = static_cast<errc>(h.tag);
+  if (k == errc::mismatch || k == errc::aborted)
+    fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+  const int first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size_) ? static_cast<int>(h.seq) - 1 : peer;
+  fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
+                            (first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
+                            (id.seq ? " during op #" + std::to_string(id.seq) : std::string()) + ": " + why, first);
+}
+
+// The last words of a failing rank: to every peer whose outgoing stream is at a message
+// boundary (nothing queued, or the first queued message not started), a notice frame with the
+// error's kind and text, so that a peer waiting for data from this rank learns why it stops
+// (sockets: written without blocking; rings: as far as there is room). Best effort.
+inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost) {
+  notice_text_ = msg.substr(0, max_notice_bytes);
+  const std::uint64_t first = lost >= 0 ? static_cast<std::uint64_t>(lost) + 1 : 0;  // the rank lost first, if any
+  const frame_header nh{notice_magic, static_cast<std::uint32_t>(kind), first, notice_text_.size(), fingerprint{}};
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    auto& c = peers_[p];
+    if (!c.q.empty() && c.q.front().done != 0) continue;  // mid-message: the stream cannot carry it
+    if (c.shm) {
+      queued_ -= c.q.size();
+      shm_queued_ -= c.q.size();
+      c.q.clear();
+      c.q.push_back(send_op{nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size(), 0});
+      ++queued_;
+      ++shm_queued_;
+      pump_shm(p);
+    } else if (c.fd >= 0) {
+      iovec iov[2] = {{const_cast<frame_header*>(&nh), sizeof nh}, {notice_text_.data(), notice_text_.size()}};
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = 2;
+      [[maybe_unused]] ssize_t w = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  }
+}
+
+// Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited,
+// naming the rank that was lost first when the peer's failure was itself caused by a loss.
+inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
+  int culprit = -1;
+  auto gone = [&](int p) -> std::string {  // empty while p is alive
+    auto& c = peers_[p];
+    if (const std::uint32_t v = c.peer_bell->failed.load(std::memory_order_acquire)) {
+      if (v & shm_left) return culprit = p, "left (its communicator was destroyed)";
+      culprit = static_cast<int>(v & ~shm_left) - 1;
+      if (culprit == p || culprit < 0 || culprit >= size_) return culprit = p, "failed";
+      return "failed after losing rank " + std::to_string(culprit);
+    }
+    pollfd f{c.fd, POLLIN, 0};
+    if (::poll(&f, 1, 0) <= 0) return {};
+    char b;
+    const ssize_t r = ::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0)
+      fail(errc::mismatch, "rank " + std::to_string(rank_) + ": unexpected bytes on the control connection of same-host rank " +
+                               std::to_string(p));
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return {};
+    return culprit = p, "exited or crashed";
+  };
+  if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer))
+    if (auto why = gone(in_peer); !why.empty())
+      lost(in_peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
+                        " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
+  for (int p : shm_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
+    if (const std::uint32_t v = peers_[p].peer_bell->failed.load(std::memory_order_acquire); v && !(v & shm_left) && p != in_peer) {
+      const int first = static_cast<int>(v) - 1;
+      const bool chain = first != p && first >= 0 && first < size_;
+      lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) failed" +
+                  (chain ? " after losing rank " + std::to_string(first) : std::string()) +
+                  (id.seq ? " during op #" + std::to_string(id.seq) : std::string(" while this rank's sends were pending")),
+           chain ? first : p);
+    }
+  for (int p : shm_peers_)
+    if (!peers_[p].q.empty())
+      if (auto why = gone(p); !why.empty())
+        lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
+                       " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
+}
+
+// `peer`, which this rank is not waiting for, closed its connection: fail with its failure
+// record if it left one, else (it left normally, or died: the peers it was talking to will
+// report that) stop watching it.
+// Only a failure during this collective or an earlier one ends the current operation: a peer
+// that has finished its part and failed in a later collective, or one this point-to-point
+// message does not involve, is met (as a closed stream) when it is next needed.
+inline void host_mesh::closed_elsewhere(int peer, message_id id) {
+  peers_[peer].closed = true;
+  if (id.tag >= 0x80000000u || id.seq == 0) return;
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    if (!store_->check(failed_key(peer), d)) return;
+    const std::string at = store_->check(failed_key(peer) + "/op", d) ? store_->get(failed_key(peer) + "/op", d) : "0";
+    const std::uint64_t op = std::strtoull(at.c_str(), nullptr, 10);
+    if (op > id.seq) return;
+  } catch (const error&) {
+    return;
+  }
+  lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed during op #" + std::to_string(id.seq));
+}
+
+// A peer's connection closed or its `failed` flag rose: if it left a failure record (a mismatch
+// it detected, an abort), fail with that kind and its words; otherwise peer_lost with `msg`.
+[[noreturn]] inline void host_mesh::lost(int peer, const std::string& msg, int culprit) {
+  if (!broken_ && !aborted_.load(std::memory_order_acquire)) {
+    try {
+      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (store_->check(failed_key(peer), d)) {
+        const std::string rec = store_->get(failed_key(peer), d);
+        const auto sp = rec.find(' ');
+        const int k = sp == std::string::npos ? 0 : std::atoi(rec.substr(0, sp).c_str());
+        std::string why = rec.substr(sp + 1);
+        const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+        if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+        if (k == static_cast<int>(errc::mismatch) || k == static_cast<int>(errc::aborted))
+          fail(static_cast<errc>(k), "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+        fail(errc::peer_lost, msg + "; it had failed: " + why, culprit);
+      }
+    } catch (const error&) {
+      if (broken_) throw;  // the fail() above
+      if (rank_ != 0 && peer != 0)  // the store, served by rank 0, is gone too: say so, it is likely the cause
+        fail(errc::peer_lost, msg + "; the store (served by rank 0) cannot be reached either: rank 0 has probably died first", 0);
+    }
+  }
+  fail(errc::peer_lost, msg, culprit);
+}
+
+// Poisons the transport and throws. `lost` names the rank whose loss caused this (shared with
+// same-host peers through this rank's `failed` word, so that they can name it too). After
+// abort() every failure is reported as the abort. A mismatch or an abort is recorded in the
+// store before the connections close (see file comment).
+[[noreturn]] inline void host_mesh::fail(errc kind, const std::string& msg_in, int lost) {
+  std::string msg = msg_in;
+  if (aborted_.load(std::memory_order_acquire) && kind != errc::aborted) kind = errc::aborted, msg.clear();
+  if (kind == errc::aborted && msg.empty()) {
+    std::lock_guard lk(abort_m_);
+    msg = abort_msg_;
+  }
+  if (!broken_) {
+    // A wait that saw aborted_ fails here while abort() may still be writing the reason to the
+    // store (a fresh connection: milliseconds, seconds on a loaded machine). Closing the
+    // connections or raising `failed` now would let the peers look for the record too early and
+    // report a lost rank without the reason, so wait for abort() to get that far (its store
+    // deadline is 3 s).
+    if (kind == errc::aborted && aborted_.load(std::memory_order_acquire)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+      while (!abort_recorded_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    broken_ = true;
+    broken_kind_ = kind;
+    broken_msg_ = msg;
+    if (kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) {  // abort() recorded its own
+      try {
+        const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        store_->set(failed_key(rank_) + "/op", std::to_string(cur_op_), d);  // before the record: readers see both
+        store_->set(failed_key(rank_), failure_record(kind, msg), d);
+      } catch (const std::exception&) {
+      }
+    }
+    try {
+      send_notices(kind, msg, lost);
+    } catch (const std::exception&) {
+    }
+    for (auto& p : peers_) {
+      if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
+      p.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
+    }
+    queued_ = 0;
+    shm_queued_ = 0;
+    if (seg_) {
+      seg_.bell().failed.store(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1), std::memory_order_release);
+      for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+    }
+    log_.warn(msg);
+  }
+  throw error(kind, msg);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::bad_peer(int peer) const {
+  throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer));
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::unusable() {
+  if (!broken_) fail(errc::aborted, "");
+  throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
+}
+
+}  // namespace gsync::transport

@@ -1,0 +1,316 @@
+#pragma once
+/// \file
+/// `transport::host_mesh`: the endpoint behind `transport::tcp` (one rank's connections to every
+/// other rank). Internal: users name `transport::tcp` (transport/tcp.hpp); this header and the
+/// files beside it are compiled where the set-up code is (header-only: through transport/tcp.hpp;
+/// GSYNC_SEPARATE_COMPILATION: in src/gsync.cpp only). Its member functions live by concern in
+/// setup.ipp, data_path.ipp, shm_path.ipp, socket_path.ipp, progress.ipp, diagnostics.ipp and
+/// failure.ipp.
+///
+/// TCP transport over Asio sockets: one connection per pair of ranks, established through the
+/// rendezvous store, then driven non-blocking by a small poll(2) progress loop.
+///
+/// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
+/// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
+/// lower rank (sending a hello frame naming itself and the job's nonce) and accepts from every
+/// higher rank (checking the hello: a connection from another job or with garbage is closed,
+/// logged, and setup goes on). Before the hello, both ends of every connection (and of every store
+/// connection) run the job-key handshake of bootstrap/auth.hpp (GSYNC_JOB_KEY). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
+/// control (GSYNC_TCP_CONGESTION): BBR's pacing runs far below what loopback and short links carry
+/// (benchmarks/results/spin_yield.md).
+/// When the ranks span several hosts, set-up ends by timing the links between them
+/// (transport/link_probe.hpp, recorded in `topo().links()` for the automatic algorithm choice).
+///
+/// Data path: `post_send` appends (header, pointer, length) to the peer's queue and writes what
+/// the kernel takes at once; the rest is written whenever a blocking call waits. A blocking call
+/// polls the socket it reads from plus every socket with queued bytes, so sends to one neighbour
+/// progress while receiving from another (the ring's full-duplex overlap). Payloads go straight
+/// from/to the caller's memory; only `recv_stream` reads through one bounded staging buffer
+/// (256 KiB per communicator) so that a reduction can consume pieces while they are cache-hot.
+///
+/// Same-host peers (equal bootstrap::host_id(), see bootstrap/host_id.hpp) exchange data through
+/// shared memory instead (transport/shm.hpp): each rank creates one segment holding a ring per
+/// local peer for its inbound traffic; `post_send` copies into the receiver's ring, `recv` copies
+/// out of it, and `recv_stream` hands the reduction pieces of the ring itself, so a reduce reads
+/// the peer's data where the peer put it (one copy in, the reduction reads it once). A wait that
+/// involves only shared-memory peers spins briefly, then sleeps on the rank's futex doorbell; a
+/// wait that also involves sockets polls them with a 1 ms timeout and re-checks the rings. The TCP
+/// connection to a same-host peer stays open, carrying no data, as its liveness signal: a peer that
+/// dies closes it, and a waiting rank checks it (and the peer's `failed` flag) at least every
+/// 100 ms. `GSYNC_SHM_DISABLE=1` keeps every peer on TCP; `GSYNC_SHM_BYTES` sizes the rings.
+///
+/// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down
+/// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
+/// instead of waiting for their own timeouts, and the transport refuses further use. Before the
+/// connections close, the failing rank records its error in the store (`gsync/failed/R`: kind and
+/// message, `gsync/failed/R/op`: the collective it was in) and writes a notice frame (kind, text,
+/// first rank lost) to every peer whose stream is at a message boundary; a rank that then sees
+/// the connection close reads the notice or looks the record up and fails with the same kind and
+/// words, so every rank of a mismatched call reports the mismatch (both calls spelled out) and
+/// every survivor of a killed rank names it, not the neighbour that failed after it.
+/// `abort(reason)` may come from any thread: it records the abort through a store connection of
+/// its own, then shuts the sockets down and rings the doorbells, which wakes this rank's wait.
+///
+/// Timeouts name the call (kind, arguments, bytes), how long it waited, for which peers, and,
+/// from the store's progress records (which a waiting rank publishes after half its timeout or
+/// half of GSYNC_STALL_WARN_S), which ranks had not reached the operation.
+
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/host_id.hpp"
+#include "gsync/bootstrap/interface.hpp"
+#include "gsync/bootstrap/launch_env.hpp"
+#include "gsync/bootstrap/store.hpp"
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/config.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+#include "gsync/core/topology.hpp"
+#include "gsync/detail/aligned_buffer.hpp"
+#include "gsync/detail/random.hpp"
+#include "gsync/detail/socket.hpp"
+#include "gsync/detail/tick_clock.hpp"
+#include "gsync/transport/frame.hpp"
+#include "gsync/transport/link_probe.hpp"
+#include "gsync/transport/shm.hpp"
+#include "gsync/transport/tcp_options.hpp"
+
+namespace gsync::transport {
+
+/// One rank's endpoint: a TCP connection to every peer, shared-memory rings to same-host peers
+/// (see the file comment). Satisfies `transport_policy`.
+class host_mesh {
+ public:
+  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt = {});
+  host_mesh(const host_mesh&) = delete;
+  host_mesh& operator=(const host_mesh&) = delete;
+  ~host_mesh();
+
+  int rank() const noexcept { return rank_; }                  ///< this rank
+  int size() const noexcept { return size_; }                  ///< world size
+  /// Transport name for logs and algorithm selection: "tcp", "shm" (every peer on this host) or "shm+tcp".
+  std::string_view name() const noexcept { return name_; }
+  /// Ranks on this host (including this one), from the host identities.
+  int local_size() const noexcept { return local_size_; }
+  /// Which rank runs on which host (from every rank's host identity).
+  const topology& topo() const noexcept { return topo_; }
+  /// True when `peer` is reached through shared memory.
+  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
+  /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
+  bool shm_asymmetric_fences() const noexcept { return shm_light_; }
+  /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
+  /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
+  std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
+  /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
+  std::uint64_t shm_read_position(int peer) const noexcept {
+    return peer >= 0 && peer < size_ && peers_[static_cast<std::size_t>(peer)].shm ? peers_[static_cast<std::size_t>(peer)].in_pos : 0;
+  }
+  bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
+  void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
+
+  /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
+  /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
+  std::uint64_t payload_bytes_posted() const noexcept { return posted_bytes_; }
+
+  // The data path (data_path.ipp); see transport_policy in core/concepts.hpp.
+  void post_send(int peer, message_id id, const std::byte* src, std::size_t n);
+  void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl);
+  void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
+                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl);
+  void flush_sends(deadline dl);
+  void progress_sends();
+
+  /// Called when an operation has ended: a stall record it published is withdrawn at once, so
+  /// that a rank busy outside gsync afterwards is not reported as stuck in it.
+  void op_finished() noexcept { withdraw_stall_record(); }
+
+ private:
+  struct send_op {
+    frame_header h;
+    const std::byte* p;
+    std::size_t n;
+    std::size_t done;  // bytes written, header included
+  };
+  struct peer_conn {
+    std::unique_ptr<asio::ip::tcp::socket> s;
+    int fd = -1;
+    std::deque<send_op> q;
+    // Shared memory (same-host peers only).
+    bool shm = false;
+    shm::ring_ctl* out = nullptr;       // ring this rank writes, in the peer's segment
+    std::byte* out_data = nullptr;
+    std::uint64_t out_cap = 0;
+    std::uint64_t out_tail = 0;         // the consumer's tail as last read (reread only when short of room)
+    std::uint64_t out_key = 0;          // stamp key of `out` (shm.hpp)
+    shm::ring_ctl* in = nullptr;        // ring the peer writes, in this rank's segment
+    std::byte* in_data = nullptr;
+    std::uint64_t in_cap = 0;
+    std::uint64_t need_head = 0;        // a wait on `in` ends once head reaches this
+    std::uint64_t need_stamp = 0;       // ... or, when not 0, once this stamp is at in_data + stamp_at
+    std::uint64_t stamp_at = 0;
+    std::uint64_t in_known = 0;         // `in` holds bytes up to here (a stamp or head said so)
+    std::uint64_t in_key = 0;           // stamp key of `in`
+    std::uint64_t in_pos = 0;           // bytes of `in` read; published as its tail after each piece
+    bool closed = false;                 // seen closed while not waited for, with no failure record
+    shm::doorbell* peer_bell = nullptr;  // the peer's doorbell
+  };
+  struct hello {
+    std::uint32_t magic = 0x48595347u;  // "GSYH"
+    std::uint32_t version = 1;
+    std::int32_t rank = -1;
+    std::int32_t size = 0;
+    std::uint64_t nonce = 0;
+  };
+
+  // Set-up (setup.ipp).
+  void listen(const asio::ip::address& addr);
+  std::string lost_rank();
+  void tune(asio::ip::tcp::socket& s);
+  void connect_lower(deadline dl);
+  void accept_higher(deadline dl);
+  void setup_shm(const bootstrap::launch_info& li, deadline dl);
+
+  // Shared-memory data path (shm_path.ipp).
+  bool pump_shm(int peer);
+  bool shm_room(peer_conn& c, std::uint64_t head, std::uint64_t need);
+  std::size_t shm_begin(peer_conn& c, std::uint64_t& head, const frame_header& h, const std::byte* p, std::size_t n);
+  void shm_publish(peer_conn& c, std::uint64_t head);
+  bool pump_all_shm();
+  bool shm_ready(int peer) const;
+  void shm_read_header(int peer, frame_header& h, deadline dl, message_id id);
+  void shm_release(peer_conn& c);
+  void shm_read_payload(int peer, std::byte* dst, std::size_t n, std::size_t align,
+                        detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id);
+  bool shm_progress(int in_peer);
+
+  // Socket data path (socket_path.ipp).
+  void pump_sockets();
+  void pump(int peer);
+  std::size_t read_header(int peer, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
+  std::size_t read_some(int peer, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  void read_exact(int peer, std::byte* dst, std::size_t n, deadline dl, message_id id);
+
+  // Waiting (progress.ipp).
+  void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
+  void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
+  void watch_idle_sockets(message_id id);
+
+  // Diagnostics (diagnostics.ipp).
+  [[noreturn]] void timed_out(int in_peer, message_id id);
+  std::optional<std::chrono::steady_clock::time_point> stall_check(int in_peer, message_id id, deadline dl);
+  static std::string p2p_wait_hint(int in_peer);
+  void withdraw_stall_record() noexcept;
+  static std::string stall_record(message_id id);
+  std::optional<std::string> other_call(message_id id, deadline sdl, int only = -1);
+  std::string behind_report(std::uint64_t seq, deadline sdl);
+  void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
+
+  // Failure protocol (failure.ipp).
+  void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
+  [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
+  void send_notices(errc kind, const std::string& msg, int lost);
+  void check_shm_peers(int in_peer, message_id id);
+  void closed_elsewhere(int peer, message_id id);
+  [[noreturn]] void lost(int peer, const std::string& msg, int culprit = -1);
+  [[noreturn]] void fail(errc kind, const std::string& msg_in, int lost = -1);
+  [[noreturn]] void bad_peer(int peer) const;
+  [[noreturn]] void unusable();
+
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  // Checks a received header; `have` holds the `got` bytes that followed it (TCP), so that a
+  // failure notice can be read out.
+  // The expected frame passes inline; anything else goes to the out-of-line report.
+  void check(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+    if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && h.bytes == n && h.fp == id.fp) [[likely]] return;
+    bad_frame(h, id, n, peer, have, got);
+  }
+  // The checks at the entry of every transport call: inline tests, out-of-line errors (the hot
+  // path of a small message stays a few instructions).
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
+  }
+  void check_usable() {
+    if (broken_ || aborted_.load(std::memory_order_acquire)) [[unlikely]] unusable();
+  }
+  static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
+  static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
+
+  int rank_, size_;
+  logger log_;
+  bootstrap::auth::job_key key_;  // launch_info::job_key or GSYNC_JOB_KEY (bootstrap/auth.hpp)
+  bool cc_warned_ = false;
+  struct stall_state {
+    std::uint32_t tag = 0;
+    std::uint64_t seq = 0;
+    std::chrono::steady_clock::time_point since{};
+    int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
+    std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
+  } stall_;
+  tcp_options opt_;
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acc_;
+  std::unique_ptr<bootstrap::store_server> server_;
+  std::unique_ptr<bootstrap::store_client> store_;
+  std::uint64_t nonce_ = 0;
+  std::vector<peer_conn> peers_;
+  std::size_t queued_ = 0;       // messages queued, all peers
+  std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send (payload_bytes_posted)
+  std::size_t shm_queued_ = 0;   // of which to shared-memory peers
+  detail::aligned_bytes staging_;
+  std::string name_ = "tcp";
+  int local_size_ = 1;
+  bool shm_light_ = false;  // every shared-memory rank of this host uses asymmetric fences (shm.hpp)
+  std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()
+  int machine_ranks_ = 1;     // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
+  std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records
+  topology topo_;
+  shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
+  std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
+  std::vector<int> shm_peers_;           // ranks reached through shared memory
+  static constexpr std::size_t shm_chunk = 64 << 10;  // bytes published per ring update
+  static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
+  static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
+  std::vector<pollfd> pfds_;
+  std::vector<int> pidx_;
+  bool broken_ = false;
+  errc broken_kind_ = errc::system;
+  std::string broken_msg_;
+  std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
+  std::string master_addr_;  // the store's address, for abort()'s own connection
+  std::uint16_t master_port_ = 0;
+  std::mutex abort_m_;       // guards abort_msg_
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
+  std::string abort_msg_;
+};
+
+}  // namespace gsync::transport

@@ -1,0 +1,340 @@
+#pragma once
+/// \file
+/// Set-up of the host mesh (runs once, out of the data path): the store and the job nonce, the hello
+/// exchange, listening, connecting lower ranks and accepting higher ones, the shared-memory rings,
+/// the spin / yield settings and the start-up link probe; and the tear-down.
+/// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
+
+#include "gsync/transport/mesh/host_mesh.hpp"
+
+namespace gsync::transport {
+
+/// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
+/// Every wait of the setup ends at now + `timeout`.
+inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
+    : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
+  const deadline dl = std::chrono::steady_clock::now() + timeout;
+  key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+  // Every setting is read and checked before any connection: a bad value fails every rank the
+  // same way, at once, rather than the first one to reach it while the others wait for it.
+  if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
+  if (auto v = detail::env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") opt_.shm_light = false;
+  if (auto b = detail::env("GSYNC_SHM_BYTES")) {
+    auto v = detail::parse_size(*b);
+    if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
+      throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
+    opt_.shm_ring_bytes = *v;
+  }
+  if (auto b = detail::env("GSYNC_SOCKET_BUFFER")) {
+    auto v = detail::parse_size(*b);
+    if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
+    opt_.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
+  }
+  if (auto w = detail::env_int("GSYNC_STALL_WARN_S", 0, 1000000)) opt_.stall_warn_s = static_cast<int>(*w);
+  if (auto c = detail::env("GSYNC_TCP_CONGESTION")) opt_.congestion = (*c == "default") ? std::string{} : *c;
+  if (!detail::net_probe_enabled()) opt_.net_probe = false;
+  const auto net_gbps = detail::env("GSYNC_NET_GBPS"), net_latency = detail::env("GSYNC_NET_LATENCY_US");
+  detail::override_links({}, net_gbps, net_latency);  // checks the values
+  auto master = detail::resolve_host(io_, li.master_addr);
+  if (rank_ == 0) {
+    std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
+    server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
+  }
+  // Rank 0 serves the store: if its set-up fails, it keeps serving until the others have left
+  // (bounded), so that they fail naming the real cause rather than a vanished store.
+  try {
+    master_addr_ = li.master_addr;
+    master_port_ = li.master_port;
+    // From hello on, if this rank dies the others hear of it from the store. Communicators made
+    // one after another from the same variables meet at the same address: the previous one's
+    // store (still waiting for its ranks to leave) turns this rank away, and it connects again
+    // until the current one answers.
+    // That store may also close while this rank is still talking to it (peer_lost): the same.
+    for (;;) {
+      try {
+        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
+        if (store_->hello(rank_, dl)) break;
+      } catch (const error& e) {
+        if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl) throw;
+      }
+      store_.reset();
+      if (std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl)
+        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": the gsync store at " + li.master_addr + ":" +
+                                       std::to_string(li.master_port) + " still served a communicator that this rank had joined before, until the deadline (a communicator "
+                                       "of this job made from the same variables is still open, or two processes claim rank " +
+                                       std::to_string(rank_) + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto me = bootstrap::pick_listen_address(io_, master);
+    listen(me);
+    // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
+    // port cannot slip in.
+    if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
+    nonce_ = std::stoull(store_->get("gsync/nonce", dl));
+    const auto my_ep = acc_.local_endpoint();
+    store_->set("gsync/addr/" + std::to_string(rank_), my_ep.address().to_string() + " " + std::to_string(my_ep.port()), dl);
+    log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
+              ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
+              std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
+    peers_.resize(static_cast<std::size_t>(size_));
+    try {
+      connect_lower(dl);
+      accept_higher(dl);
+    } catch (const error& e) {
+      // A peer that vanished mid-handshake may itself have failed because another rank was lost
+      // first: report that root cause when the store knows it.
+      if (e.kind() == errc::timeout || e.kind() == errc::peer_lost)
+        if (auto lost = lost_rank(); !lost.empty() && std::string_view(e.what()).find(lost) == std::string_view::npos)
+          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
+      throw;
+    }
+    acc_.close();
+    setup_shm(li, dl);
+    // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
+    // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
+    // every rank is ready, every peer has mapped the segment and its name can go.
+    if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
+    if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
+    seg_.unlink();
+    staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
+    if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
+    if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
+    if (auto y = detail::env_int("GSYNC_TCP_YIELD_US", 0, 10000000)) opt_.tcp_yield_us = static_cast<int>(*y);
+    // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
+    // identities), or more when other "hosts" (containers, network namespaces) run on the same
+    // kernel, as the fake hosts of benchmarks/netcluster.sh do.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const bool machine_oversubscribed =
+        static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+    topo_.set_cores_shared(machine_oversubscribed);
+    if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
+    const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
+    if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
+    if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = machine_oversubscribed && nshm == 0 ? 50 : 0;
+    name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
+    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
+              std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
+              std::to_string(machine_ranks_) + " on this machine, spin " +
+              std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
+              std::to_string(opt_.tcp_yield_us) + " us" + (nshm > 0 ? std::string(shm_light_ ? ", shared-memory fences: membarrier" : ", shared-memory fences: full") : "") + ")");
+    if (topo_.hosts() > 1) {
+      // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
+      link_estimate links = detail::override_links({}, net_gbps, net_latency);
+      std::string how = net_gbps || net_latency ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
+      if (opt_.net_probe && !(net_gbps && net_latency)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const probe_result pr = probe_links(*this, dl, machine_oversubscribed);
+        links = detail::override_links(pr.links, net_gbps, net_latency);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+        how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
+              " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " +
+              detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" +
+              (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") + (net_gbps || net_latency ? "; GSYNC_NET_* given win" : "");
+      }
+      topo_.set_links(links);
+      log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
+                detail::fixed(links.gbps(), 3) + " Gbit/s (" + how + ")" +
+                (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) +
+                                               " us of the machines' time per message" : ""));
+    }
+  } catch (const error& e) {
+    // Tell the store why, before its connection drops: the store then reports this rank as
+    // failed for that reason, not as the first rank lost (which the others would blame).
+    if (store_) {
+      try {
+        store_->set(failed_key(rank_), failure_record(e.kind(), e.what()), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      } catch (const std::exception&) {
+      }
+    }
+    if (server_) {
+      store_.reset();  // says goodbye: this rank is failing, not lost
+      server_->linger(std::chrono::steady_clock::now() + store_linger);
+    }
+    throw;
+  }
+}
+
+inline host_mesh::~host_mesh() {
+  if (seg_) {  // same-host peers still waiting for this rank learn at once that it is gone
+    if (!broken_) seg_.bell().failed.store(shm_left | static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
+    for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+  }
+  for (auto& p : peers_)
+    if (p.s && p.s->is_open()) {
+      asio::error_code ig;
+      p.s->close(ig);
+    }
+  if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
+    store_.reset();
+    server_->linger(std::chrono::steady_clock::now() + store_linger);
+  }
+}
+
+inline void host_mesh::listen(const asio::ip::address& addr) {
+  asio::ip::tcp::endpoint ep(addr, 0);
+  asio::error_code ec;
+  acc_.open(ep.protocol(), ec);
+  if (!ec) acc_.bind(ep, ec);
+  if (!ec) detail::set_congestion(acc_.native_handle(), opt_.congestion);  // accepted connections inherit it
+  if (!ec) acc_.listen(std::max(64, size_), ec);
+  if (ec) throw error(errc::system, "rank " + std::to_string(rank_) + ": cannot listen on " + addr.to_string() + ": " + ec.message());
+  acc_.non_blocking(true);
+}
+
+// The store's record of the first rank lost, or "" (none, or the store is gone too).
+inline std::string host_mesh::lost_rank() {
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    if (store_->check("gsync/lost", d)) return store_->get("gsync/lost", d);
+  } catch (const error&) {
+  }
+  return {};
+}
+
+// Socket options of a data connection; a congestion control the kernel refuses is logged once.
+inline void host_mesh::tune(asio::ip::tcp::socket& s) {
+  if (!detail::tune_data_socket(s, opt_.socket_buffer_bytes, opt_.congestion) && !cc_warned_) {
+    cc_warned_ = true;
+    log_.info("TCP congestion control '" + opt_.congestion + "' refused by the kernel (" + detail::errno_text(errno) +
+              "); data connections keep the system default (GSYNC_TCP_CONGESTION)");
+  }
+}
+
+inline void host_mesh::connect_lower(deadline dl) {
+  for (int j = 0; j < rank_; ++j) {
+    const std::string a = store_->get("gsync/addr/" + std::to_string(j), dl);
+    const auto sp = a.find(' ');
+    if (sp == std::string::npos) throw error(errc::mismatch, "bad address record for rank " + std::to_string(j) + ": " + a);
+    asio::ip::tcp::endpoint ep(asio::ip::make_address(a.substr(0, sp)),
+                               static_cast<std::uint16_t>(std::stoi(a.substr(sp + 1))));
+    auto s = std::make_unique<asio::ip::tcp::socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
+    tune(*s);
+    bootstrap::auth::client_handshake(s->native_handle(), key_, dl, "rank " + std::to_string(j));
+    hello h;
+    h.rank = rank_;
+    h.size = size_;
+    h.nonce = nonce_;
+    detail::write_all(s->native_handle(), &h, sizeof h, dl, "rank " + std::to_string(j));
+    peers_[j].fd = s->native_handle();
+    peers_[j].s = std::move(s);
+  }
+}
+
+inline void host_mesh::accept_higher(deadline dl) {
+  int missing = size_ - 1 - rank_;
+  while (missing > 0) {
+    auto s = std::make_unique<asio::ip::tcp::socket>(io_);
+    // Wait in slices, asking the store between them whether a rank was lost: a rank that died
+    // before connecting must not keep this one waiting until the setup deadline.
+    bool got = false;
+    while (!got) {
+      const deadline slice = std::min(dl, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
+      got = detail::accept_until(acc_, *s, slice);
+      if (got || slice >= dl) break;
+      if (store_->check("gsync/lost", dl))
+        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " +
+                                         store_->get("gsync/lost", dl));
+    }
+    if (!got) {
+      std::string who;
+      for (int j = rank_ + 1; j < size_; ++j)
+        if (!peers_[j].s) who += (who.empty() ? "" : ", ") + std::to_string(j);
+      throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
+    }
+    tune(*s);
+    hello h;
+    std::string from;
+    try {
+      asio::error_code ig;
+      from = s->remote_endpoint(ig).address().to_string();
+      // A stranger gets a few seconds to identify itself, never the whole setup deadline.
+      const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      std::string why;
+      if (!bootstrap::auth::accept_handshake(s->native_handle(), key_, hdl, "connecting peer " + from, why)) {
+        log_.warn("rejected a connection from " + from + ": " + why);
+        continue;
+      }
+      detail::read_all(s->native_handle(), &h, sizeof h, hdl, "connecting peer " + from);
+    } catch (const error& e) {
+      log_.warn("rejected a connection from " + from + ": " + e.what());
+      continue;
+    }
+    if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
+        h.rank >= size_ || peers_[h.rank].s) {
+      log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
+      continue;
+    }
+    peers_[h.rank].fd = s->native_handle();
+    peers_[h.rank].s = std::move(s);
+    --missing;
+  }
+}
+
+// Shared-memory setup (runs once, after the TCP mesh): find the ranks of this host, create this
+// rank's segment (a ring per local rank), publish its name, map every local peer's segment.
+// A pair uses shared memory only when both ranks have a segment, so both sides always agree.
+inline void host_mesh::setup_shm(const bootstrap::launch_info& li, deadline dl) {
+  const std::string me = bootstrap::host_id(li.host_id), kernel = bootstrap::kernel_id();
+  store_->set("gsync/host/" + std::to_string(rank_), kernel + "\n" + me, dl);  // kernel id first: it has no newline
+  std::vector<std::string> ids(static_cast<std::size_t>(size_));
+  machine_ranks_ = 0;
+  for (int j = 0; j < size_; ++j) {
+    const std::string r = j == rank_ ? kernel + "\n" + me : store_->get("gsync/host/" + std::to_string(j), dl);
+    const auto nl = r.find('\n');
+    ids[j] = nl == std::string::npos ? r : r.substr(nl + 1);
+    machine_ranks_ += r.substr(0, nl) == kernel;
+  }
+  topo_ = topology::from_ids(ids);
+  const std::vector<int>& local = topo_.ranks_on(topo_.host_of(rank_));
+  local_size_ = static_cast<int>(local.size());
+  auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
+  std::string rec = "-";
+  // Asymmetric fences (shm.hpp) take the fence off every message's path and put a membarrier call
+  // on every sleep. Where ranks share cores they sleep often (their spin is short), so there the
+  // plain fences stay. Every rank of the host must agree: each one says whether it can, and the
+  // host uses them only if all can.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool shares_cores = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+  const bool light_capable = opt_.shm_light && !shares_cores && shm::asymmetric_fences_available();
+  if (opt_.shm && local.size() > 1) {
+    char nb[96];
+    std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()), static_cast<unsigned long long>(nonce_), rank_);
+    try {
+      seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local.size()), opt_.shm_ring_bytes);
+      rec = std::string(nb) + " " + std::to_string(opt_.shm_ring_bytes) + (light_capable ? " 1" : " 0");
+    } catch (const error& e) {
+      log_.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(rank_) + " over TCP");
+    }
+  }
+  store_->set("gsync/shm/" + std::to_string(rank_), rec, dl);
+  if (!seg_) return;
+  peer_segs_.resize(static_cast<std::size_t>(size_));
+  const std::uint32_t my_slot = slot_of(rank_);
+  shm_light_ = light_capable;
+  for (int j : local) {
+    if (j == rank_) continue;
+    const std::string r = store_->get("gsync/shm/" + std::to_string(j), dl);
+    if (r == "-") continue;
+    const auto sp = r.find(' ');
+    if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(j) + ": " + r);
+    const std::size_t rb = std::stoull(r.substr(sp + 1));
+    const auto sp2 = r.find(' ', sp + 1);
+    if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") shm_light_ = false;
+    peer_segs_[j] = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local.size()), rb);
+    auto& c = peers_[j];
+    c.shm = true;
+    c.out = &peer_segs_[j].ctl(my_slot);
+    c.out_data = peer_segs_[j].data(my_slot);
+    c.out_cap = rb;
+    c.out_key = c.out->stamp_key;
+    std::memset(c.out_data, 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
+    c.in = &seg_.ctl(slot_of(j));
+    c.in_data = seg_.data(slot_of(j));
+    c.in_cap = opt_.shm_ring_bytes;
+    c.in_key = c.in->stamp_key;
+    c.peer_bell = &peer_segs_[j].bell();
+    shm_peers_.push_back(j);
+  }
+}
+
+}  // namespace gsync::transport

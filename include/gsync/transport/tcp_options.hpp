@@ -1,0 +1,48 @@
+#pragma once
+/// \file
+/// `transport::tcp_options`: the tunables of the host transport (sockets and shared memory).
+/// Where a default was fitted, the measurements are in benchmarks/results/spin_yield.md.
+
+#include <cstddef>
+#include <string>
+
+namespace gsync::transport {
+
+/// Tunables of the TCP / shared-memory transport.
+struct tcp_options {
+  int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets (GSYNC_SOCKET_BUFFER)
+  /// Seconds an operation may wait before this rank logs a stall report (GSYNC_STALL_WARN_S; 0: never).
+  int stall_warn_s = 60;
+  /// TCP_CONGESTION of data sockets (GSYNC_TCP_CONGESTION; "default" or empty: the system's).
+  std::string congestion = "cubic";
+  std::size_t staging_bytes = 256 << 10;      ///< recv_stream staging buffer
+  /// Microseconds a wait polls without sleeping before it blocks in poll(2) (GSYNC_SPIN_US).
+  /// -1: automatic, 50 us when this host runs no more ranks than it has cores, else 0 (spinning
+  /// on an oversubscribed host would steal the core from the rank being waited for).
+  int spin_us = -1;
+  /// Microseconds a shared-memory wait keeps polling, yielding the core between polls, after the
+  /// busy spin and before it sleeps on its futex (GSYNC_YIELD_US): a sleep costs a scheduler
+  /// wake-up. -1: automatic, 2000 us, but 0 when this machine runs more ranks than cores and this
+  /// rank has peers both through shared memory and over TCP.
+  int yield_us = -1;
+  /// Microseconds a wait for a small message from a TCP peer (at most `tcp_yield_bytes` still to
+  /// come) keeps polling the sockets, yielding between polls, before it sleeps in poll(2)
+  /// (GSYNC_TCP_YIELD_US). -1: automatic, 50 us when this machine runs more ranks than cores and
+  /// every peer of this rank is over TCP, else 0.
+  int tcp_yield_us = -1;
+  /// Largest message (payload bytes still to come) whose wait yields rather than sleeps.
+  std::size_t tcp_yield_bytes = 64 << 10;
+  /// Use shared memory between ranks of one host (GSYNC_SHM_DISABLE=1 turns it off).
+  bool shm = true;
+  /// Let shared-memory peers signal without a full fence per message, the sleeping side issuing a
+  /// membarrier(2) instead (transport/shm.hpp; used only when every rank of the host can, and not
+  /// where ranks share cores). GSYNC_SHM_MEMBARRIER=0 turns it off.
+  bool shm_light = true;
+  /// Data bytes of each shared-memory ring (GSYNC_SHM_BYTES; a multiple of 64, >= 4 KiB).
+  std::size_t shm_ring_bytes = 1 << 20;
+  /// Time the links between hosts at start-up when the ranks span several hosts
+  /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.
+  bool net_probe = true;
+};
+
+}  // namespace gsync::transport
