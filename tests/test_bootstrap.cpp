@@ -130,12 +130,17 @@ TEST_CASE("GSYNC_SOCKET_IFNAME: an unknown interface is an error that lists the 
   }
   CHECK(gsync::bootstrap::interface_address("lo").is_loopback());
   // Through the communicator: joining with a bad interface fails on that rank with the same error.
-  env_guard g;
-  g.set("GSYNC_SOCKET_IFNAME", "nosuchif0");
+  {
+    env_guard g;
+    g.set("GSYNC_SOCKET_IFNAME", "nosuchif0");
+    CHECK(gsync::config::from_env().transport.socket_ifname == "nosuchif0");
+  }
   launch_info li;
   li.master_port = gsync_test::free_port();
+  gsync::config cfg;
+  cfg.transport.socket_ifname = "nosuchif0";
   try {
-    auto c = gsync::tcp_communicator::join(li, gsync::config{});
+    auto c = gsync::tcp_communicator::join(li, cfg);
     FAIL("joined");
   } catch (const gsync::error& e) {
     CHECK(e.kind() == gsync::errc::invalid_argument);
@@ -155,13 +160,18 @@ TEST_CASE("TCP congestion control: set before connecting, a refused name leaves 
   REQUIRE(::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0);
   CHECK(std::string(name) == "cubic");
 
-  env_guard g;
-  g.set("GSYNC_TCP_CONGESTION", "no-such-cc");
+  {
+    env_guard g;
+    g.set("GSYNC_TCP_CONGESTION", "no-such-cc");
+    CHECK(gsync::config::from_env().transport.congestion == "no-such-cc");
+  }
+  gsync::config cfg;
+  cfg.transport.congestion = "no-such-cc";
   gsync_test::run_tcp(3, [](auto& comm, auto&) {
     std::vector<float> v(1000, static_cast<float>(comm.rank() + 1));
     gsync::allreduce(comm, std::span<float>{v});
     CHECK(v[999] == 6.0f);
-  });
+  }, cfg);
 }
 
 TEST_CASE("store: a rank that leaves normally is not lost, one that fails is, and waiters hear of it at once") {

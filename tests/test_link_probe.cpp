@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/env.hpp"
 #include "support/world.hpp"
 
 #include <gsync/allreduce.hpp>
@@ -17,15 +18,6 @@
 #include <gsync/transport/link_probe.hpp>
 
 namespace {
-
-// Sets an environment variable for the scope of a test (before any rank thread starts).
-struct scoped_env {
-  const char* name;
-  scoped_env(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~scoped_env() { ::unsetenv(name); }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-};
 
 struct seen_links {
   std::mutex m;
@@ -119,9 +111,18 @@ TEST_CASE("link probe: one host never probes") {
   gsync_test::run_shm(3, [&](auto& comm, auto&) { CHECK_FALSE(comm.transport().topo().links().has_value()); });
 }
 
-TEST_CASE("link probe: GSYNC_NET_PROBE=0 skips it, and GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US win over what it measures") {
+TEST_CASE("link probe: net_probe = false (GSYNC_NET_PROBE=0) skips it, and net_gbps / net_latency_us (GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US) win over what it measures") {
   {
-    scoped_env off("GSYNC_NET_PROBE", "0"), rate("GSYNC_NET_GBPS", "2");
+    gsync_test::scoped_env off("GSYNC_NET_PROBE", "0"), rate("GSYNC_NET_GBPS", "2"), lat("GSYNC_NET_LATENCY_US", "7");
+    const auto o = gsync::config::from_env().transport;
+    CHECK_FALSE(o.net_probe);
+    CHECK(o.net_gbps == 2.0);
+    CHECK(o.net_latency_us == 7.0);
+  }
+  {
+    gsync::config cfg;
+    cfg.transport.net_probe = false;
+    cfg.transport.net_gbps = 2;
     seen_links seen;
     gsync_test::run_tcp(3, [&](auto& comm, auto&) {
       const auto& links = comm.transport().topo().links();
@@ -130,11 +131,12 @@ TEST_CASE("link probe: GSYNC_NET_PROBE=0 skips it, and GSYNC_NET_GBPS / GSYNC_NE
       CHECK(links->gbps() == doctest::Approx(2.0));
       CHECK(links->alpha_us == gsync::link_estimate{}.alpha_us);  // assumed
       seen.add(*links);
-    });
+    }, cfg);
     check_all_equal(seen, 3);
   }
   {
-    scoped_env latency("GSYNC_NET_LATENCY_US", "7");
+    gsync::config cfg;
+    cfg.transport.net_latency_us = 7;
     seen_links seen;
     gsync_test::run_tcp(3, [&](auto& comm, auto&) {
       const auto& links = comm.transport().topo().links();
@@ -142,12 +144,17 @@ TEST_CASE("link probe: GSYNC_NET_PROBE=0 skips it, and GSYNC_NET_GBPS / GSYNC_NE
       CHECK(links->measured);  // the rate is still measured
       CHECK(links->alpha_us == 7.0);
       seen.add(*links);
-    });
+    }, cfg);
     check_all_equal(seen, 3);
   }
   {
-    scoped_env bad("GSYNC_NET_PROBE", "maybe");
-    CHECK_THROWS_WITH_AS(gsync_test::run_tcp(2, [](auto&, auto&) {}), doctest::Contains("GSYNC_NET_PROBE"), std::runtime_error);
+    gsync_test::scoped_env bad("GSYNC_NET_PROBE", "maybe");
+    CHECK_THROWS_WITH_AS(gsync::config::from_env(), doctest::Contains("GSYNC_NET_PROBE"), gsync::error);
+  }
+  {
+    gsync::config cfg;
+    cfg.transport.net_gbps = -1;
+    CHECK_THROWS_WITH_AS(gsync_test::run_tcp(2, [](auto&, auto&) {}, cfg), doctest::Contains("net_gbps"), std::runtime_error);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <gsync/core/trace.hpp>
 #include <gsync/detail/tick_clock.hpp>
 
+#include "support/env.hpp"
 #include "support/world.hpp"
 
 #include <unistd.h>
@@ -314,20 +315,7 @@ struct temp_dir {
   }
 };
 
-// Sets (or, with nullptr, unsets) an environment variable for one scope.
-struct scoped_env {
-  std::string name;
-  std::optional<std::string> old;
-  scoped_env(const char* n, const char* value) : name(n) {
-    if (const char* o = std::getenv(n)) old = o;
-    if (value) ::setenv(n, value, 1);
-    else ::unsetenv(n);
-  }
-  ~scoped_env() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
+using gsync_test::scoped_env;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/env.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
@@ -35,6 +36,13 @@ std::vector<std::string> my_segments() {
 gsync::config cfg_with_timeout(std::chrono::milliseconds t) {
   gsync::config c;
   c.timeout = t;
+  return c;
+}
+
+// cfg_with_timeout(t) with shared-memory rings of `ring_bytes`.
+gsync::config cfg_with_rings(std::chrono::milliseconds t, std::size_t ring_bytes) {
+  gsync::config c = cfg_with_timeout(t);
+  c.transport.shm_ring_bytes = ring_bytes;
   return c;
 }
 
@@ -113,18 +121,18 @@ TEST_CASE("shm: same-host ranks use shared memory, results correct, segments unl
 }
 
 TEST_CASE("shm: tiny rings force wrap-around and flow control") {
-  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
   errors errs;
-  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) { mixed_workload(comm, sync, errs); }, cfg_with_timeout(60s));
-  ::unsetenv("GSYNC_SHM_BYTES");
+  gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) { mixed_workload(comm, sync, errs); }, cfg_with_rings(60s, 4096));
   errs.report();
 }
 
-TEST_CASE("shm: a bad GSYNC_SHM_BYTES is an invalid_argument error") {
-  ::setenv("GSYNC_SHM_BYTES", "100", 1);
-  CHECK_THROWS_WITH_AS(gsync_test::run_shm(2, [](auto&, gsync_test::world_sync&) {}, cfg_with_timeout(10s)),
-                       doctest::Contains("GSYNC_SHM_BYTES"), std::runtime_error);
-  ::unsetenv("GSYNC_SHM_BYTES");
+TEST_CASE("shm: a bad ring size is an invalid_argument error, from GSYNC_SHM_BYTES or from the options") {
+  {
+    gsync_test::scoped_env bad("GSYNC_SHM_BYTES", "100");
+    CHECK_THROWS_WITH_AS(gsync::config::from_env(), doctest::Contains("GSYNC_SHM_BYTES"), gsync::error);
+  }
+  CHECK_THROWS_WITH_AS(gsync_test::run_shm(2, [](auto&, gsync_test::world_sync&) {}, cfg_with_rings(10s, 100)),
+                       doctest::Contains("shm_ring_bytes"), std::runtime_error);
 }
 
 TEST_CASE("shm: mixed job, shared memory inside a host and TCP across") {
@@ -142,22 +150,37 @@ TEST_CASE("shm: mixed job, shared memory inside a host and TCP across") {
   }
 }
 
-TEST_CASE("shm: GSYNC_SHM_DISABLE=1 keeps same-host ranks on TCP") {
-  ::setenv("GSYNC_SHM_DISABLE", "1", 1);
+TEST_CASE("shm: tcp_options::shm = false (GSYNC_SHM_DISABLE=1) keeps same-host ranks on TCP; explicit options win over the environment") {
+  {
+    gsync_test::scoped_env off("GSYNC_SHM_DISABLE", "1");
+    CHECK_FALSE(gsync::config::from_env().transport.shm);
+    // Options passed explicitly are used as given: this job keeps shared memory.
+    std::atomic<int> shm{0};
+    gsync_test::run_shm(2, [&](auto& comm, gsync_test::world_sync&) {
+      if (comm.transport().name() == "shm") shm++;
+    }, cfg_with_timeout(30s));
+    CHECK(shm == 2);
+  }
   std::atomic<int> tcp{0};
   errors errs;
+  gsync::config cfg = cfg_with_timeout(30s);
+  cfg.transport.shm = false;
   gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
     if (comm.transport().name() == "tcp") tcp++;
     errs.add("disabled", check_allreduce<float, gsync::op::sum, gsync::algo::ring>(comm, sync, 1000));
-  }, cfg_with_timeout(30s));
-  ::unsetenv("GSYNC_SHM_DISABLE");
+  }, cfg);
   errs.report();
   CHECK(tcp == 3);
 }
 
-TEST_CASE("tcp: GSYNC_TCP_YIELD_US (yield-polling waits for small messages) keeps results exact") {
-  ::setenv("GSYNC_SHM_DISABLE", "1", 1);
-  ::setenv("GSYNC_TCP_YIELD_US", "1000", 1);
+TEST_CASE("tcp: tcp_yield_us (GSYNC_TCP_YIELD_US, yield-polling waits for small messages) keeps results exact") {
+  {
+    gsync_test::scoped_env y("GSYNC_TCP_YIELD_US", "1000");
+    CHECK(gsync::config::from_env().transport.tcp_yield_us == 1000);
+  }
+  gsync::config cfg = cfg_with_timeout(30s);
+  cfg.transport.shm = false;
+  cfg.transport.tcp_yield_us = 1000;
   errors errs;
   std::atomic<int> tcp{0};
   gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
@@ -168,9 +191,7 @@ TEST_CASE("tcp: GSYNC_TCP_YIELD_US (yield-polling waits for small messages) keep
       errs.add("yield ring", check_allreduce<float, gsync::op::max, gsync::algo::ring>(comm, sync, count));
     }
     gsync::barrier(comm);
-  }, cfg_with_timeout(30s));
-  ::unsetenv("GSYNC_TCP_YIELD_US");
-  ::unsetenv("GSYNC_SHM_DISABLE");
+  }, cfg);
   errs.report();
   CHECK(tcp == 3);
 }
@@ -219,7 +240,6 @@ TEST_CASE("shm: messages of every small size share the ring with their headers, 
   // 16 bytes share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
   // times at shifting offsets. Point-to-point bytes, then allreduces whose receives reduce from
   // the ring in place (8-byte and 2-byte elements).
-  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
   errors errs;
   gsync_test::run_shm(3, [&](auto& comm, gsync_test::world_sync& sync) {
     const int r = comm.rank(), n = comm.size();
@@ -244,8 +264,7 @@ TEST_CASE("shm: messages of every small size share the ring with their headers, 
       errs.add("half sum star " + std::to_string(count),
                check_allreduce<gsync::half, gsync::op::sum, gsync::algo::star>(comm, sync, count));
     }
-  }, cfg_with_timeout(60s));
-  ::unsetenv("GSYNC_SHM_BYTES");
+  }, cfg_with_rings(60s, 4096));
   errs.report();
 }
 
@@ -253,10 +272,11 @@ TEST_CASE("shm: waiters that sleep at every wait are woken, with membarrier fenc
   // GSYNC_SPIN_US=0 and GSYNC_YIELD_US=0: every wait that finds nothing goes to sleep on its
   // doorbell at once, and the rank that sends later must wake it. A lost wake-up would show as a
   // sleep that ran its full length (100 ms) with the data already there (shm_late_wakeups).
-  ::setenv("GSYNC_SPIN_US", "0", 1);
-  ::setenv("GSYNC_YIELD_US", "0", 1);
   for (const char* mb : {"1", "0"}) {
-    ::setenv("GSYNC_SHM_MEMBARRIER", mb, 1);
+    gsync::config cfg = cfg_with_timeout(60s);
+    cfg.transport.spin_us = 0;
+    cfg.transport.yield_us = 0;
+    cfg.transport.shm_light = std::string(mb) == "1";
     const bool expect_light = std::string(mb) == "1" && gsync::transport::shm::asymmetric_fences_available() &&
                               std::thread::hardware_concurrency() >= 2;
     errors errs;
@@ -285,14 +305,11 @@ TEST_CASE("shm: waiters that sleep at every wait are woken, with membarrier fenc
         if (in != i * 2 + peer) errs.add("membarrier=" + std::string(mb), "message " + std::to_string(i) + " was " + std::to_string(in));
       }
       late += comm.transport().shm_late_wakeups();
-    }, cfg_with_timeout(60s));
+    }, cfg);
     errs.report();
     CHECK_MESSAGE(mode_ok == 2, "GSYNC_SHM_MEMBARRIER=" << mb);
     CHECK_MESSAGE(late == 0, "GSYNC_SHM_MEMBARRIER=" << mb);
   }
-  ::unsetenv("GSYNC_SHM_MEMBARRIER");
-  ::unsetenv("GSYNC_YIELD_US");
-  ::unsetenv("GSYNC_SPIN_US");
 }
 
 TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pass for a message") {
@@ -301,7 +318,6 @@ TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pas
   // empty messages follow (at 4032 and 4096), so message D starts at 4160 (offset 64, over A's
   // payload). The receiver waits for D while the sender sleeps: a reader fooled by A's bytes
   // would take them for D's header (a mismatch error) or return them as D's payload.
-  ::setenv("GSYNC_SHM_BYTES", "4K", 1);
   errors errs;
   gsync_test::run_shm(2, [&](auto& comm, gsync_test::world_sync&) {
     const int r = comm.rank();
@@ -332,7 +348,6 @@ TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pas
       err = e.what();
     }
     errs.add("rank " + std::to_string(r), err);
-  }, cfg_with_timeout(10s));
-  ::unsetenv("GSYNC_SHM_BYTES");
+  }, cfg_with_rings(10s, 4096));
   errs.report();
 }

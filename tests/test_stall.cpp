@@ -46,7 +46,8 @@ struct stderr_capture {
 }  // namespace
 
 TEST_CASE("stall report: the waiting ranks name the rank that has not reached the operation") {
-  ::setenv("GSYNC_STALL_WARN_S", "1", 1);
+  gsync::config cfg;
+  cfg.transport.stall_warn_s = 1;  // GSYNC_STALL_WARN_S=1
   std::string log;
   {
     stderr_capture cap;
@@ -69,11 +70,10 @@ TEST_CASE("stall report: the waiting ranks name the rank that has not reached th
       }
       gsync::allreduce(comm, std::span<float>{v});  // op #2: ranks 0 and 1 wait for rank 2
       CHECK(v[0] == 9.0f);
-    });
+    }, cfg);
     cap.stop();
     log = cap.text();
   }
-  ::unsetenv("GSYNC_STALL_WARN_S");
   CAPTURE(log);
   CHECK(log.find("allreduce(float32, 64, sum)") != std::string::npos);
   CHECK(log.find("as op #2 has waited") != std::string::npos);

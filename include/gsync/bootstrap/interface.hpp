@@ -68,9 +68,10 @@ inline asio::ip::address route_address(asio::io_context& io, const asio::ip::add
   return s.local_endpoint().address();
 }
 
-/// The address this rank listens on and advertises (see file comment).
-inline asio::ip::address pick_listen_address(asio::io_context& io, const asio::ip::address& master) {
-  if (auto ifn = detail::env("GSYNC_SOCKET_IFNAME")) return interface_address(*ifn);
+/// The address this rank listens on and advertises: interface `ifname`'s (GSYNC_SOCKET_IFNAME), or
+/// when empty the one the kernel routes to `master` from (see file comment).
+inline asio::ip::address pick_listen_address(asio::io_context& io, const asio::ip::address& master, const std::string& ifname) {
+  if (!ifname.empty()) return interface_address(ifname);
   return route_address(io, master);
 }
 

@@ -96,11 +96,17 @@ class communicator {
     return join(bootstrap::launch_info::from_env(), config::from_env());
   }
 
-  /// Joins the job described by `li` (rank, size, store address) with settings `cfg`.
+  /// Joins the job described by `li` (rank, size, store address) with settings `cfg`, used as
+  /// given, its transport settings (`cfg.transport`) included: the environment is not read here
+  /// (pass `config::from_env()`, possibly changed, to start from it).
   static communicator join(const bootstrap::launch_info& li, config cfg)
     requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
   {
-    auto x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
+    std::unique_ptr<X> x;
+    if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
+      x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
+    else
+      x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
     return communicator(std::move(x), std::move(cfg), li.local_rank);
   }
 

@@ -1,7 +1,9 @@
 #pragma once
 /// \file
-/// Reading configuration from the environment: every GSYNC_* variable is parsed here, with errors
-/// that name the variable and the value.
+/// Reading configuration from the environment: the GSYNC_* variables of the communicator and of the
+/// transport are parsed here, with errors that name the variable and the value. What a program
+/// passes explicitly (a `config` it fills, `transport::tcp_options`) is used as given: the
+/// environment is read only by the `from_env` functions.
 
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "gsync/core/error.hpp"
+#include "gsync/transport/tcp_options.hpp"
 
 namespace gsync {
 
@@ -76,6 +79,45 @@ inline std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
   throw error(errc::invalid_argument, std::string(name) + "='" + *v + "' is not a positive number of seconds");
 }
 
+/// A positive number of variable `name`, or 0 when unset; throws invalid_argument otherwise.
+inline double env_positive(const char* name) {
+  auto v = env(name);
+  if (!v) return 0;
+  if (auto x = parse_positive(*v)) return *x;
+  throw error(errc::invalid_argument, std::string(name) + "='" + *v + "' is not a positive number");
+}
+
+/// The transport settings of the GSYNC_* variables, over `o` where a variable is unset. Every
+/// value is checked here, before any connection, so that a bad one fails every rank the same way.
+inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}) {
+  if (auto v = env("GSYNC_SHM_DISABLE"); v && *v != "0") o.shm = false;
+  if (auto v = env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") o.shm_light = false;
+  if (auto b = env("GSYNC_SHM_BYTES")) {
+    auto v = parse_size(*b);
+    if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
+      throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
+    o.shm_ring_bytes = *v;
+  }
+  if (auto b = env("GSYNC_SOCKET_BUFFER")) {
+    auto v = parse_size(*b);
+    if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
+    o.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
+  }
+  if (auto w = env_int("GSYNC_STALL_WARN_S", 0, 1000000)) o.stall_warn_s = static_cast<int>(*w);
+  if (auto c = env("GSYNC_TCP_CONGESTION")) o.congestion = (*c == "default") ? std::string{} : *c;
+  if (auto sp = env_int("GSYNC_SPIN_US", 0, 1000000)) o.spin_us = static_cast<int>(*sp);
+  if (auto y = env_int("GSYNC_YIELD_US", 0, 10000000)) o.yield_us = static_cast<int>(*y);
+  if (auto y = env_int("GSYNC_TCP_YIELD_US", 0, 10000000)) o.tcp_yield_us = static_cast<int>(*y);
+  if (auto v = env("GSYNC_NET_PROBE")) {
+    if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_NET_PROBE='" + *v + "' must be 0 (off) or 1 (on, the default)");
+    o.net_probe = *v == "1";
+  }
+  if (const double g = env_positive("GSYNC_NET_GBPS")) o.net_gbps = g;
+  if (const double l = env_positive("GSYNC_NET_LATENCY_US")) o.net_latency_us = l;
+  if (auto i = env("GSYNC_SOCKET_IFNAME")) o.socket_ifname = *i;
+  return o;
+}
+
 }  // namespace detail
 
 /// Per-communicator settings. `from_env()` reads the GSYNC_* variables; setters on the communicator
@@ -97,6 +139,9 @@ struct config {
   std::string algo_reduce_scatter;
   /// Algorithm forced for every alltoall (GSYNC_ALGO_ALLTOALL), empty = automatic.
   std::string algo_alltoall;
+  /// Settings of the TCP / shared-memory transport, for communicators that `join` a job
+  /// (transport/tcp_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
+  transport::tcp_options transport;
 
   /// Settings from the environment, defaults where unset.
   static config from_env() {
@@ -114,6 +159,7 @@ struct config {
     if (auto a = detail::env("GSYNC_ALGO_ALLGATHER")) c.algo_allgather = *a;
     if (auto a = detail::env("GSYNC_ALGO_REDUCE_SCATTER")) c.algo_reduce_scatter = *a;
     if (auto a = detail::env("GSYNC_ALGO_ALLTOALL")) c.algo_alltoall = *a;
+    c.transport = detail::tcp_options_from_env();
     return c;
   }
 };

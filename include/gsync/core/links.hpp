@@ -57,18 +57,18 @@ inline link_estimate override_links(link_estimate base, const std::optional<std:
   return base;
 }
 
-/// `override_links(base, ...)` of the variables GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US.
-inline link_estimate override_links_from_env(link_estimate base = {}) {
-  return override_links(base, env("GSYNC_NET_GBPS"), env("GSYNC_NET_LATENCY_US"));
+/// `base` with the link rate `gbps` (Gbit/s per direction) and the per-message cost `latency_us`
+/// applied where they are positive (`transport::tcp_options::net_gbps`, `net_latency_us`).
+inline link_estimate override_links(link_estimate base, double gbps, double latency_us) noexcept {
+  if (gbps > 0) base.beta_us_per_byte = 8.0 / (gbps * 1e3);
+  if (latency_us > 0) base.alpha_us = latency_us;
+  return base;
 }
 
-/// GSYNC_NET_PROBE: true (the default) lets a job that spans hosts time its links at start-up;
-/// "0" turns the probe off. Throws invalid_argument on other values than 0 and 1.
-inline bool net_probe_enabled() {
-  const auto v = env("GSYNC_NET_PROBE");
-  if (!v || *v == "1") return true;
-  if (*v == "0") return false;
-  throw error(errc::invalid_argument, "GSYNC_NET_PROBE='" + *v + "' must be 0 (off) or 1 (on, the default)");
+/// `override_links(base, ...)` of the variables GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US (parsed in
+/// core/config.hpp).
+inline link_estimate override_links_from_env(link_estimate base = {}) {
+  return override_links(base, env_positive("GSYNC_NET_GBPS"), env_positive("GSYNC_NET_LATENCY_US"));
 }
 
 }  // namespace detail

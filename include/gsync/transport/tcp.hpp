@@ -39,8 +39,11 @@ class host_mesh;
 class tcp {
  public:
   /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh. Every
-  /// wait of the set-up ends at now + `timeout`.
-  GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt = {});
+  /// wait of the set-up ends at now + `timeout`. The transport's settings come from the GSYNC_*
+  /// variables (core/config.hpp).
+  GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log);
+  /// The same with the settings `opt`, used as given: the environment is not read.
+  GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
   tcp(const tcp&) = delete;
   tcp& operator=(const tcp&) = delete;
   /// Closes the connections; rank 0, which serves the store, first waits (bounded) until the

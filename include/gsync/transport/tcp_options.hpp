@@ -2,6 +2,10 @@
 /// \file
 /// `transport::tcp_options`: the tunables of the host transport (sockets and shared memory).
 /// Where a default was fitted, the measurements are in benchmarks/results/spin_yield.md.
+///
+/// Precedence: options passed explicitly (`config::transport`, or the transport's constructor)
+/// are used as given; the GSYNC_* variables named below fill them only where the program asks for
+/// the environment (`config::from_env()`, `communicator::from_env()`), all read in core/config.hpp.
 
 #include <cstddef>
 #include <string>
@@ -43,6 +47,14 @@ struct tcp_options {
   /// Time the links between hosts at start-up when the ranks span several hosts
   /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.
   bool net_probe = true;
+  /// Link rate between hosts in Gbit/s per direction, as the user knows it (GSYNC_NET_GBPS); wins
+  /// over the probe's measure. 0: measured, else assumed (core/links.hpp).
+  double net_gbps = 0;
+  /// Cost of one message between hosts in microseconds (GSYNC_NET_LATENCY_US); 0: measured or assumed.
+  double net_latency_us = 0;
+  /// Network interface whose address this rank listens on and advertises (GSYNC_SOCKET_IFNAME);
+  /// empty: the address of the route to the store (bootstrap/interface.hpp).
+  std::string socket_ifname;
 };
 
 }  // namespace gsync::transport

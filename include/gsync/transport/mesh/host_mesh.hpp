@@ -102,7 +102,7 @@ namespace gsync::transport {
 /// (see the file comment). Satisfies `transport_policy`.
 class host_mesh {
  public:
-  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt = {});
+  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
   ~host_mesh();
@@ -190,6 +190,7 @@ class host_mesh {
   void connect_lower(deadline dl);
   void accept_higher(deadline dl);
   void setup_shm(const bootstrap::launch_info& li, deadline dl);
+  static void check_options(const tcp_options& o);
 
   // Shared-memory data path (shm_path.ipp).
   bool pump_shm(int peer);

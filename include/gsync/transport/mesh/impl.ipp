@@ -17,6 +17,8 @@
 
 namespace gsync::transport {
 
+GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log)
+    : tcp(li, timeout, std::move(log), detail::tcp_options_from_env()) {}
 GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
     : m_(std::make_unique<host_mesh>(li, timeout, std::move(log), std::move(opt))),
       rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()) {}

@@ -15,26 +15,8 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
-  // Every setting is read and checked before any connection: a bad value fails every rank the
-  // same way, at once, rather than the first one to reach it while the others wait for it.
-  if (auto v = detail::env("GSYNC_SHM_DISABLE"); v && *v != "0" && !v->empty()) opt_.shm = false;
-  if (auto v = detail::env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") opt_.shm_light = false;
-  if (auto b = detail::env("GSYNC_SHM_BYTES")) {
-    auto v = detail::parse_size(*b);
-    if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
-      throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
-    opt_.shm_ring_bytes = *v;
-  }
-  if (auto b = detail::env("GSYNC_SOCKET_BUFFER")) {
-    auto v = detail::parse_size(*b);
-    if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
-    opt_.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
-  }
-  if (auto w = detail::env_int("GSYNC_STALL_WARN_S", 0, 1000000)) opt_.stall_warn_s = static_cast<int>(*w);
-  if (auto c = detail::env("GSYNC_TCP_CONGESTION")) opt_.congestion = (*c == "default") ? std::string{} : *c;
-  if (!detail::net_probe_enabled()) opt_.net_probe = false;
-  const auto net_gbps = detail::env("GSYNC_NET_GBPS"), net_latency = detail::env("GSYNC_NET_LATENCY_US");
-  detail::override_links({}, net_gbps, net_latency);  // checks the values
+  check_options(opt_);  // explicit values too: a bad one fails every rank the same way, before any connection
+  const bool net_given = opt_.net_gbps > 0 || opt_.net_latency_us > 0;
   auto master = detail::resolve_host(io_, li.master_addr);
   if (rank_ == 0) {
     std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
@@ -65,7 +47,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
                                        std::to_string(rank_) + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    const auto me = bootstrap::pick_listen_address(io_, master);
+    const auto me = bootstrap::pick_listen_address(io_, master, opt_.socket_ifname);
     listen(me);
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
     // port cannot slip in.
@@ -97,9 +79,6 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
     seg_.unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
-    if (auto sp = detail::env_int("GSYNC_SPIN_US", 0, 1000000)) opt_.spin_us = static_cast<int>(*sp);
-    if (auto y = detail::env_int("GSYNC_YIELD_US", 0, 10000000)) opt_.yield_us = static_cast<int>(*y);
-    if (auto y = detail::env_int("GSYNC_TCP_YIELD_US", 0, 10000000)) opt_.tcp_yield_us = static_cast<int>(*y);
     // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
     // identities), or more when other "hosts" (containers, network namespaces) run on the same
     // kernel, as the fake hosts of benchmarks/netcluster.sh do.
@@ -119,17 +98,17 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
               std::to_string(opt_.tcp_yield_us) + " us" + (nshm > 0 ? std::string(shm_light_ ? ", shared-memory fences: membarrier" : ", shared-memory fences: full") : "") + ")");
     if (topo_.hosts() > 1) {
       // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
-      link_estimate links = detail::override_links({}, net_gbps, net_latency);
-      std::string how = net_gbps || net_latency ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
-      if (opt_.net_probe && !(net_gbps && net_latency)) {
+      link_estimate links = detail::override_links({}, opt_.net_gbps, opt_.net_latency_us);
+      std::string how = net_given ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
+      if (opt_.net_probe && !(opt_.net_gbps > 0 && opt_.net_latency_us > 0)) {
         const auto t0 = std::chrono::steady_clock::now();
         const probe_result pr = probe_links(*this, dl, machine_oversubscribed);
-        links = detail::override_links(pr.links, net_gbps, net_latency);
+        links = detail::override_links(pr.links, opt_.net_gbps, opt_.net_latency_us);
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
         how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
               " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " +
               detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" +
-              (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") + (net_gbps || net_latency ? "; GSYNC_NET_* given win" : "");
+              (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") + (net_given ? "; GSYNC_NET_* given win" : "");
       }
       topo_.set_links(links);
       log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
@@ -152,6 +131,21 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     }
     throw;
   }
+}
+
+// Refuses options no transport could run with, naming the field (and its variable).
+inline void host_mesh::check_options(const tcp_options& o) {
+  const auto bad = [](const std::string& what) { throw error(errc::invalid_argument, "tcp_options: " + what); };
+  if (o.shm_ring_bytes < 4096 || o.shm_ring_bytes > (std::size_t{1} << 30) || o.shm_ring_bytes % 64)
+    bad("shm_ring_bytes (GSYNC_SHM_BYTES) = " + std::to_string(o.shm_ring_bytes) + " is not between 4K and 1G, multiple of 64");
+  if (o.socket_buffer_bytes < 0 || o.socket_buffer_bytes > (1 << 30))
+    bad("socket_buffer_bytes (GSYNC_SOCKET_BUFFER) = " + std::to_string(o.socket_buffer_bytes) + " is not between 0 and 1G");
+  if (o.staging_bytes < 64) bad("staging_bytes = " + std::to_string(o.staging_bytes) + " is below 64");
+  if (o.stall_warn_s < 0) bad("stall_warn_s (GSYNC_STALL_WARN_S) is negative");
+  if (o.spin_us < -1 || o.yield_us < -1 || o.tcp_yield_us < -1)
+    bad("spin_us, yield_us and tcp_yield_us (GSYNC_SPIN_US, GSYNC_YIELD_US, GSYNC_TCP_YIELD_US) must be >= 0, or -1 for automatic");
+  if (!(o.net_gbps >= 0) || !(o.net_latency_us >= 0))
+    bad("net_gbps and net_latency_us (GSYNC_NET_GBPS, GSYNC_NET_LATENCY_US) must be positive, or 0 for measured");
 }
 
 inline host_mesh::~host_mesh() {
