@@ -262,7 +262,7 @@ void sweep_alltoall(Comm& comm, ctx& x) {
 template <class T, class Op, class Comm>
 void reduce_scatter_algos(Comm& comm, ctx& x) {
   sweep_reduce_scatter<T, Op, gsync::algo::ring>(comm, x);
-  // Dissemination (forced: large counts take its ring fallback) with every op on float, and with
+  // Dissemination (forced: large counts walk the scratch in column pieces) with every op on float, and with
   // sum on every type (plus through the automatic choice, which picks it for small counts).
   if constexpr (std::is_same_v<T, float> || std::is_same_v<Op, gsync::op::sum>)
     sweep_reduce_scatter<T, Op, gsync::algo::dissemination>(comm, x);

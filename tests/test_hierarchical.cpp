@@ -85,7 +85,7 @@ gsync::config cfg() {
 
 TEST_CASE("hierarchical allreduce, in-process ranks placed on hosts") {
   // (world, ranks per host): uniform placements, one host, one rank per host, and irregular ones
-  // (the last host smaller), which fall back to the flat ring.
+  // (the last host smaller), which run the uneven two-level form.
   for (auto [n, per] : {std::pair{4, 2}, std::pair{6, 2}, std::pair{6, 3}, std::pair{8, 4}, std::pair{8, 2}, std::pair{3, 3},
                         std::pair{3, 1}, std::pair{5, 2}, std::pair{7, 3}, std::pair{1, 1}}) {
     errors errs;

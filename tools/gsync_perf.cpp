@@ -575,7 +575,7 @@ template <class Algo>
 std::string algo_ran(gsync::tcp_communicator& comm, std::size_t bytes) {
   if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) {
     const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
-                                                  &comm.transport().topo(), nullptr, comm.segment_bytes());
+                                                  &comm.placement(), nullptr, comm.segment_bytes());
     return gsync::algo::visit(ch.id, [](auto a) { return std::string(decltype(a)::name); });
   } else {
     return std::string(Algo::name);
@@ -700,8 +700,8 @@ std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t byt
     switch (c) {
       case coll::reduce_scatter: id = gsync::algo::choose_reduce_scatter(bytes, n, seg, s.algo_reduce_scatter).id; break;
       case coll::allgather: id = gsync::algo::choose_allgather(bytes, n, seg, s.algo_allgather).id; break;
-      case coll::broadcast: id = gsync::algo::choose_broadcast(bytes, n, seg, s.algo_broadcast, &comm.transport().topo()).id; break;
-      case coll::reduce: id = gsync::algo::choose_reduce(bytes, n, seg, s.algo_reduce, &comm.transport().topo()).id; break;
+      case coll::broadcast: id = gsync::algo::choose_broadcast(bytes, n, seg, s.algo_broadcast, &comm.placement()).id; break;
+      case coll::reduce: id = gsync::algo::choose_reduce(bytes, n, seg, s.algo_reduce, &comm.placement()).id; break;
       case coll::alltoall: id = gsync::algo::choose_alltoall(bytes, n, seg, s.algo_alltoall).id; break;
       case coll::allreduce: break;
     }

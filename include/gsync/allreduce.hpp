@@ -61,7 +61,7 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
       if (const auto code = comm.allreduce_choices().find(bytes, comm.segment_bytes()))
         return algo::visit(static_cast<algo::allreduce_id>(*code), [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
     const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
-                                             &comm.transport().topo(), nullptr, comm.segment_bytes());
+                                             &comm.placement(), nullptr, comm.segment_bytes());
     comm.allreduce_choices().put(bytes, comm.segment_bytes(), static_cast<std::uint8_t>(ch.id));
     if (logging) {
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +

@@ -44,7 +44,7 @@ void broadcast_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t cou
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_broadcast(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_broadcast,
-                                             &comm.transport().topo());
+                                             &comm.placement());
     log_choice(comm, "broadcast", dtype_of<T>, count, "", ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);

@@ -45,7 +45,7 @@ void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::s
   if (count == 0) return;
   if constexpr (std::is_same_v<Algo, algo::automatic>) {
     const auto ch = algo::choose_reduce(count * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_reduce,
-                                          &comm.transport().topo());
+                                          &comm.placement());
     log_choice(comm, "reduce", dtype_of<T>, count, op_name<Op>(), ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);

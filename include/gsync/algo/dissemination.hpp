@@ -19,14 +19,18 @@
 ///   its partials of blocks r+d .. r+d+m-1 to r+d and combines the partials of blocks r .. r+m-1
 ///   that r-d sends into its own; the last round (d = 1) combines block r into the output, with
 ///   the finalize (avg divides). Each rank's contribution to a block is combined exactly once.
-///   Needs N*c elements of scratch: larger calls run the ring (algo/ring.hpp) instead.
+///   The partials of N blocks live in the scratch, so larger calls walk the blocks in column
+///   pieces of scratch/N elements, each piece a full dissemination followed by `finish()` before
+///   the next piece reuses the scratch (more rounds, but the schedule stays the one asked for).
 /// No message of a round is sent from memory that a later round writes: allgather writes only
 /// blocks it does not hold yet, and reduce-scatter only partials it keeps.
 
+#include <algorithm>
+#include <string>
 #include <string_view>
 
-#include "gsync/algo/ring.hpp"
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/error.hpp"
 
 namespace gsync::algo {
 
@@ -76,20 +80,27 @@ struct dissemination {
     const int n = p.size(), r = p.rank();
     const std::size_t c = p.count();
     if (n == 1) return p.copy_final(p.out({0, c}), p.in({0, c}));
-    const std::size_t all = static_cast<std::size_t>(n) * c;
-    if (all > p.scratch_elems()) return ring::reduce_scatter(p);
-    p.copy(p.scratch({0, all}), p.in({0, all}));  // partials, block b at b*c
+    if (p.scratch_elems() < static_cast<std::size_t>(n))
+      throw error(errc::invalid_argument, "dissemination reduce_scatter keeps a partial of each of the " + std::to_string(n) +
+                                              " blocks in the communicator's scratch, which holds only " +
+                                              std::to_string(p.scratch_elems()) + " elements of this type: use the ring");
+    const std::size_t width = std::min(c, p.scratch_elems() / static_cast<std::size_t>(n));  // columns per piece
     int top = 1;
     while (top * 2 < n) top *= 2;  // the largest distance
-    for (int d = top; d >= 1; d >>= 1) {
-      const int m = d < n - d ? d : n - d;
-      block_run(wrap(r + d, n), m, n, c, [&](range g) { p.send(wrap(r + d, n), p.scratch(g)); });
-      block_run(r, m, n, c, [&](range g) {
-        if (d == 1) p.recv_reduce(wrap(r - d, n), p.out({0, c}), p.scratch(g), /*final=*/true);  // m = 1: block r
-        else p.recv_reduce(wrap(r - d, n), p.scratch(g), p.scratch(g), false);
-      });
+    for (std::size_t col = 0; col < c; col += width) {
+      const std::size_t w = std::min(width, c - col);
+      for (int b = 0; b < n; ++b)  // partials: block b's columns of this piece at b*w
+        p.copy(p.scratch({static_cast<std::size_t>(b) * w, w}), p.in({static_cast<std::size_t>(b) * c + col, w}));
+      for (int d = top; d >= 1; d >>= 1) {
+        const int m = d < n - d ? d : n - d;
+        block_run(wrap(r + d, n), m, n, w, [&](range g) { p.send(wrap(r + d, n), p.scratch(g)); });
+        block_run(r, m, n, w, [&](range g) {
+          if (d == 1) p.recv_reduce(wrap(r - d, n), p.out({col, w}), p.scratch(g), /*final=*/true);  // m = 1: block r
+          else p.recv_reduce(wrap(r - d, n), p.scratch(g), p.scratch(g), false);
+        });
+      }
+      p.finish();  // the next piece reuses the scratch
     }
-    p.finish();
   }
 };
 

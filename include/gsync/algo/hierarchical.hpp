@@ -37,9 +37,11 @@
 /// three). Results are bitwise identical on every rank as long as `Intra` gives every rank of the
 /// host the same bits (all of gsync's schedules do).
 ///
-/// Needs every host to run the same number of ranks (topology::uniform()); otherwise, and when
-/// there is only one host or one rank per host, it runs the flat schedule of the level that exists
-/// (Intra on one host, Inter across single-rank hosts, the ring for irregular placements).
+/// Hosts that run different numbers of ranks (not topology::uniform()) take a two-level form
+/// without slices: `Intra` reduces inside every host, the first rank of each host runs `Inter`
+/// across the hosts, then passes the result down its host's chain (ring broadcast). With one
+/// host, or one rank per host, it runs the one level that exists (Intra, or Inter); a transport
+/// that does not know the placement counts as one host.
 ///
 /// Requirements: `Intra` and `Inter` are allreduce schedules (any pair). An `Intra` that also has
 /// `phased_schedule`'s reduce-scatter and allgather phases (the ring) runs the three-level form.
@@ -50,6 +52,7 @@
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "gsync/algo/ring.hpp"
 #include "gsync/core/chunking.hpp"
@@ -84,12 +87,12 @@ struct hierarchical {
     const int n = p.size(), r = p.rank();
     if (n == 1) return p.copy_final(p.out({0, p.count()}), p.in({0, p.count()}));
     const topology& t = p.topo();
-    const int hosts = t.hosts();
-    if (!t.uniform() || t.world() != n) return ring::allreduce(p);
-    const int local = t.ranks_per_host();
+    const int hosts = t.world() == n ? t.hosts() : 1;  // placement unknown: one host
     if (hosts == 1) return Intra::allreduce(p);
-    if (local == 1) return Inter::allreduce(p);
     const int li = t.local_index(r), h = t.host_of(r);
+    if (!t.uniform()) return uneven(p, t, li, h);
+    const int local = t.ranks_per_host();
+    if (local == 1) return Inter::allreduce(p);
     if constexpr (std::is_same_v<Intra, ring> && std::is_same_v<Inter, ring>) sliced_ring(p, t, li, h);
     else if constexpr (phased_schedule<Intra, group_primitives<P>>) three_level(p, t, li, h);
     else two_level(p, t, li, h);
@@ -119,6 +122,23 @@ struct hierarchical {
     }
     group_primitives<P> gather(p, mates, li, 0, p.count(), /*on_output=*/true, /*allow_final=*/false);
     Intra::allgather_phase(gather);
+    p.finish();
+  }
+
+  // Hosts of different sizes (see file comment): Intra in every host, Inter among the hosts' first
+  // ranks, then a chain down each host from its first rank.
+  template <class P>
+  static void uneven(P& p, const topology& t, int li, int h) {
+    group_primitives<P> intra(p, t.ranks_on(h), li, 0, p.count(), /*on_output=*/false, /*allow_final=*/false);
+    Intra::allreduce(intra);
+    if (li == 0) {
+      std::vector<int> firsts(static_cast<std::size_t>(t.hosts()));  // topology::cross exists for uniform placements only
+      for (int k = 0; k < t.hosts(); ++k) firsts[static_cast<std::size_t>(k)] = t.ranks_on(k).front();
+      group_primitives<P> inter(p, firsts, h, 0, p.count(), /*on_output=*/true, /*allow_final=*/true);
+      Inter::allreduce(inter);
+    }
+    group_primitives<P> down(p, t.ranks_on(h), li, 0, p.count(), /*on_output=*/true, /*allow_final=*/false);
+    ring::broadcast(down, 0);
     p.finish();
   }
 

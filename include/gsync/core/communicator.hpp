@@ -46,6 +46,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
 #include "gsync/core/counters.hpp"
+#include "gsync/core/links.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/progress_engine.hpp"
@@ -86,7 +87,12 @@ class communicator {
   explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
       : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank),
         scratch_(detail::make_aligned_bytes(scratch_bytes)), trace_(trace_writer::from_env(x_->rank())),
-        engine_(std::make_unique<detail::progress_engine>(this)) {}
+        engine_(std::make_unique<detail::progress_engine>(this)) {
+    if (cfg_.deterministic && x_->topo().links()) {  // the links as assumed or given, never as measured
+      fixed_placement_ = std::make_shared<topology>(x_->topo());
+      fixed_placement_->set_links(detail::override_links({}, cfg_.transport.net_gbps, cfg_.transport.net_latency_us));
+    }
+  }
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
   /// transports that can bootstrap themselves, such as TCP.
@@ -102,6 +108,7 @@ class communicator {
   static communicator join(const bootstrap::launch_info& li, config cfg)
     requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
   {
+    if (cfg.deterministic) cfg.transport.net_probe = false;  // nothing measured can steer the choices
     std::unique_ptr<X> x;
     if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
       x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
@@ -209,6 +216,10 @@ class communicator {
 
   /// The transport endpoint (for primitives and algorithms).
   X& transport() noexcept { return *x_; }
+  /// The placement the automatic choices read: the transport's topology, except in deterministic
+  /// mode (`config::deterministic`), where the links between hosts are the assumed or given ones,
+  /// whatever the transport measured.
+  const topology& placement() const noexcept { return fixed_placement_ ? *fixed_placement_ : x_->topo(); }
   /// Size of the communicator's fixed scratch buffer (allocated once, at construction).
   static constexpr std::size_t scratch_bytes = 256 << 10;
   /// The scratch buffer, for schedules that must hold a whole incoming message before combining it.
@@ -382,6 +393,7 @@ class communicator {
     running_since_ = o.running_since_;
     aborted_.store(o.aborted_.load());
     scratch_ = std::move(o.scratch_);
+    fixed_placement_ = std::move(o.fixed_placement_);
     counters_ = o.counters_;
     trace_ = std::move(o.trace_);
     engine_ = std::move(o.engine_);
@@ -403,6 +415,7 @@ class communicator {
   std::chrono::steady_clock::time_point running_since_{};  // its start (epoch: none running)
   std::atomic<bool> aborted_{false};
   detail::aligned_bytes scratch_;
+  std::shared_ptr<topology> fixed_placement_;  // deterministic mode only (see placement())
   op_counters counters_;
   std::shared_ptr<trace_writer> trace_;
   std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call

@@ -139,6 +139,11 @@ struct config {
   std::string algo_reduce_scatter;
   /// Algorithm forced for every alltoall (GSYNC_ALGO_ALLTOALL), empty = automatic.
   std::string algo_alltoall;
+  /// Deterministic mode (GSYNC_DETERMINISTIC=1): every result is bitwise equal from run to run for
+  /// the same world size and placement. The automatic choices then read only the placement, the
+  /// sizes and these settings, never what the start-up probe measured (`join` skips the probe;
+  /// the links count as assumed, or as given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US).
+  bool deterministic = false;
   /// Settings of the TCP / shared-memory transport, for communicators that `join` a job
   /// (transport/tcp_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
   transport::tcp_options transport;
@@ -159,6 +164,10 @@ struct config {
     if (auto a = detail::env("GSYNC_ALGO_ALLGATHER")) c.algo_allgather = *a;
     if (auto a = detail::env("GSYNC_ALGO_REDUCE_SCATTER")) c.algo_reduce_scatter = *a;
     if (auto a = detail::env("GSYNC_ALGO_ALLTOALL")) c.algo_alltoall = *a;
+    if (auto d = detail::env("GSYNC_DETERMINISTIC")) {
+      if (*d != "0" && *d != "1") throw error(errc::invalid_argument, "GSYNC_DETERMINISTIC='" + *d + "' must be 0 or 1");
+      c.deterministic = *d == "1";
+    }
     c.transport = detail::tcp_options_from_env();
     return c;
   }

@@ -182,7 +182,7 @@ struct allreduce_reducer {
     }
     const std::size_t bytes = job.data.size_bytes();
     const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
-                                           &comm.transport().topo(), nullptr, comm.segment_bytes());
+                                           &comm.placement(), nullptr, comm.segment_bytes());
     *job.bytes_sent = static_cast<std::uint64_t>(allreduce_bytes_sent(ch.id, bytes, comm.size()) + 0.5);
     if (job.average) return allreduce_async(comm, job.data, op::avg{});
     return allreduce_async(comm, job.data, op::sum{});
