@@ -145,3 +145,11 @@ request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
 }
 
 }  // namespace gsync
+
+#if defined(GSYNC_SEPARATE_COMPILATION)
+#include "gsync/detail/compiled_instances.hpp"
+// Compiled once in the library (gsync/impl/src.hpp): see detail/compiled_instances.hpp.
+#define GSYNC_EXTERN_ALLREDUCE_RUN(T, Op) extern template GSYNC_ALLREDUCE_RUN_SIGNATURE(T, Op);
+GSYNC_COMPILED_ALLREDUCE(GSYNC_EXTERN_ALLREDUCE_RUN)
+#undef GSYNC_EXTERN_ALLREDUCE_RUN
+#endif

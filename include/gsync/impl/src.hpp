@@ -9,3 +9,9 @@
 #endif
 
 #include "gsync/transport/mesh/impl.ipp"
+
+// The allreduce instantiations users' files declare extern (detail/compiled_instances.hpp).
+#include "gsync/allreduce.hpp"
+#define GSYNC_INSTANTIATE_ALLREDUCE_RUN(T, Op) template GSYNC_ALLREDUCE_RUN_SIGNATURE(T, Op);
+GSYNC_COMPILED_ALLREDUCE(GSYNC_INSTANTIATE_ALLREDUCE_RUN)
+#undef GSYNC_INSTANTIATE_ALLREDUCE_RUN
