@@ -2,7 +2,8 @@
 // algorithm that implements it plus the automatic choice, over world sizes 1..8, per-rank counts
 // {0, 1, N-1, 37 with 16-byte segments, 10007 with 4 KiB segments (4099 with 1 KiB under the
 // sanitizers), a large one}, in place and out
-// of place, over the in-process transport and real TCP on loopback. reduce_scatter runs every
+// of place, over the in-process transport, real TCP on loopback, and the conformance suite's
+// transport defined in tests/ (support/mailbox_transport.hpp). reduce_scatter runs every
 // dtype x every op (under the sanitizers a covering subset: every dtype, every op); reduce every op over a
 // representative dtype subset; the others that subset (under the sanitizers one dtype per element width).
 // Reducing results are checked element-wise against a double-precision reference; replicated
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "support/failures.hpp"
+#include "support/mailbox_transport.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
@@ -364,6 +366,7 @@ void run_sweep(const char* transport, int n) {
   failures fails;
   auto body = [&](auto& comm, world_sync& sync) { sweep_all(comm, sync, fails, transport); };
   if (std::string(transport) == "inproc") run_inproc(n, body, test_config());
+  else if (std::string(transport) == "mailbox") run_mailbox(n, body, test_config());  // the conformance suite's transport
   else run_tcp(n, body, test_config());
   for (const auto& f : fails.list) FAIL_CHECK(f);
   CHECK(fails.list.empty());
@@ -390,3 +393,11 @@ GSYNC_COLL_SWEEP("tcp", 5)
 GSYNC_COLL_SWEEP("tcp", 6)
 GSYNC_COLL_SWEEP("tcp", 7)
 GSYNC_COLL_SWEEP("tcp", 8)
+GSYNC_COLL_SWEEP("mailbox", 1)
+GSYNC_COLL_SWEEP("mailbox", 2)
+GSYNC_COLL_SWEEP("mailbox", 3)
+GSYNC_COLL_SWEEP("mailbox", 4)
+GSYNC_COLL_SWEEP("mailbox", 5)
+GSYNC_COLL_SWEEP("mailbox", 6)
+GSYNC_COLL_SWEEP("mailbox", 7)
+GSYNC_COLL_SWEEP("mailbox", 8)
