@@ -70,9 +70,7 @@ void check_allgather(const communicator<X>& comm, std::span<const T> in, std::sp
 /// Numbers an allgather and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) allgather_run<Algo>(comm, tk, in, out, c);  // the common case: no closure, no hop
-  else comm.run_queued("allgather", [=](communicator<X>& x) { allgather_run<Algo>(x, tk, in, out, c); });
+  launch(comm, "allgather", [=](communicator<X>& x, op_ticket tk) { allgather_run<Algo>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -94,8 +92,7 @@ void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request allgather_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_allgather<X, T>(comm, in, out);
-  const op_ticket tk = comm.next_op();
-  return comm.issue("allgather", [=, i = in.data(), o = out.data(), c = in.size()](communicator<X>& x) {
+  return detail::launch_async(comm, "allgather", [i = in.data(), o = out.data(), c = in.size()](communicator<X>& x, op_ticket tk) {
     detail::allgather_run<Algo>(x, tk, i, o, c);
   });
 }

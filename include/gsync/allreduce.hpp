@@ -80,16 +80,13 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
 /// Numbers an allreduce and runs it: inline, or queued behind pending asynchronous operations.
 template <class Algo, class X, class T, class Op>
 void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) allreduce_run<Algo>(comm, tk, in, out, count, op);  // the common case: no closure, no hop
-  else comm.run_queued("allreduce", [=](communicator<X>& x) { allreduce_run<Algo>(x, tk, in, out, count, op); });
+  launch(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo>(c, tk, in, out, count, op); });
 }
 
 /// Numbers an allreduce and queues it on the progress engine.
 template <class Algo, class X, class T, class Op>
 request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  const op_ticket tk = comm.next_op();
-  return comm.issue("allreduce", [=](communicator<X>& c) { allreduce_run<Algo>(c, tk, in, out, count, op); });
+  return launch_async(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo>(c, tk, in, out, count, op); });
 }
 
 /// Checks out-of-place allreduce arguments: equal sizes, same buffer or no overlap.

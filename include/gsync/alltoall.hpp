@@ -69,9 +69,7 @@ void check_alltoall(const communicator<X>& comm, std::span<const T> in, std::spa
 /// Numbers an alltoall and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) alltoall_run<Algo>(comm, tk, in, out, c);  // the common case: no closure, no hop
-  else comm.run_queued("alltoall", [=](communicator<X>& x) { alltoall_run<Algo>(x, tk, in, out, c); });
+  launch(comm, "alltoall", [=](communicator<X>& x, op_ticket tk) { alltoall_run<Algo>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -92,9 +90,8 @@ void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request alltoall_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_alltoall<X, T>(comm, in, out);
-  const op_ticket tk = comm.next_op();
-  return comm.issue("alltoall", [=, i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
-                                    communicator<X>& x) { detail::alltoall_run<Algo>(x, tk, i, o, c); });
+  return detail::launch_async(comm, "alltoall", [i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
+                                                    communicator<X>& x, op_ticket tk) { detail::alltoall_run<Algo>(x, tk, i, o, c); });
 }
 
 }  // namespace gsync

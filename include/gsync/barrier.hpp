@@ -43,8 +43,7 @@ void barrier_run(communicator<X>& comm, op_ticket tk) {
 /// \tparam X transport of the communicator.
 template <algorithm Algo = algo::automatic, transport_policy X>
 void barrier(communicator<X>& comm) {
-  const op_ticket tk = comm.next_op();
-  comm.execute("barrier", [tk](communicator<X>& c) { detail::barrier_run<Algo>(c, tk); });
+  detail::launch(comm, "barrier", [](communicator<X>& c, op_ticket tk) { detail::barrier_run<Algo>(c, tk); });
 }
 
 /// Asynchronous barrier: the request finishes once every rank has entered the barrier (issued
@@ -52,8 +51,7 @@ void barrier(communicator<X>& comm) {
 /// \tparam Algo algorithm policy. \tparam X transport of the communicator.
 template <algorithm Algo = algo::automatic, transport_policy X>
 request barrier_async(communicator<X>& comm) {
-  const op_ticket tk = comm.next_op();
-  return comm.issue("barrier", [tk](communicator<X>& c) { detail::barrier_run<Algo>(c, tk); });
+  return detail::launch_async(comm, "barrier", [](communicator<X>& c, op_ticket tk) { detail::barrier_run<Algo>(c, tk); });
 }
 
 }  // namespace gsync

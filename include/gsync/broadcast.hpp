@@ -58,9 +58,7 @@ void broadcast_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t cou
 /// Numbers a broadcast and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T>
 void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) broadcast_run<Algo>(comm, tk, data, count, root);  // the common case: no closure, no hop
-  else comm.run_queued("broadcast", [=](communicator<X>& x) { broadcast_run<Algo>(x, tk, data, count, root); });
+  launch(comm, "broadcast", [=](communicator<X>& x, op_ticket tk) { broadcast_run<Algo>(x, tk, data, count, root); });
 }
 
 }  // namespace detail
@@ -81,8 +79,7 @@ void broadcast(communicator<X>& comm, std::span<T> data, int root) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
-  const op_ticket tk = comm.next_op();
-  return comm.issue("broadcast", [=, d = data.data(), n = data.size()](communicator<X>& x) {
+  return detail::launch_async(comm, "broadcast", [root, d = data.data(), n = data.size()](communicator<X>& x, op_ticket tk) {
     detail::broadcast_run<Algo>(x, tk, d, n, root);
   });
 }

@@ -71,9 +71,7 @@ void check_reduce(const communicator<X>& comm, std::span<const T> in, std::span<
 /// Numbers a reduce and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T, class Op>
 void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) reduce_run<Algo>(comm, tk, in, out, count, op, root);  // the common case: no closure, no hop
-  else comm.run_queued("reduce", [=](communicator<X>& x) { reduce_run<Algo>(x, tk, in, out, count, op, root); });
+  launch(comm, "reduce", [=](communicator<X>& x, op_ticket tk) { reduce_run<Algo>(x, tk, in, out, count, op, root); });
 }
 
 }  // namespace detail
@@ -100,8 +98,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
 request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {},
                      int root = 0) {
   detail::check_reduce<X, T>(comm, in, out, root);
-  const op_ticket tk = comm.next_op();
-  return comm.issue("reduce", [=, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x) {
+  return detail::launch_async(comm, "reduce", [op, root, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x, op_ticket tk) {
     detail::reduce_run<Algo>(x, tk, i, o, n, op, root);
   });
 }

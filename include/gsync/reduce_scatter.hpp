@@ -75,9 +75,7 @@ void check_reduce_scatter(const communicator<X>& comm, std::span<const T> in, st
 /// Numbers a reduce_scatter and runs it (inline, or behind pending asynchronous operations).
 template <class Algo, class X, class T, class Op>
 void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
-  const op_ticket tk = comm.next_op();
-  if (comm.runs_inline()) reduce_scatter_run<Algo>(comm, tk, in, out, c, op);  // the common case: no closure, no hop
-  else comm.run_queued("reduce_scatter", [=](communicator<X>& x) { reduce_scatter_run<Algo>(x, tk, in, out, c, op); });
+  launch(comm, "reduce_scatter", [=](communicator<X>& x, op_ticket tk) { reduce_scatter_run<Algo>(x, tk, in, out, c, op); });
 }
 
 }  // namespace detail
@@ -101,8 +99,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_reduce_scatter<X, T>(comm, in, out);
-  const op_ticket tk = comm.next_op();
-  return comm.issue("reduce_scatter", [=, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x) {
+  return detail::launch_async(comm, "reduce_scatter", [op, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x, op_ticket tk) {
     detail::reduce_scatter_run<Algo>(x, tk, i, o, c, op);
   });
 }

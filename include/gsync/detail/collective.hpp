@@ -140,6 +140,26 @@ class op_scope {
   std::chrono::steady_clock::time_point start_;
 };
 
+/// The one launcher of every collective: numbers the operation at issue (on the issuing thread,
+/// so that issue order is wire order on every rank) and runs `run(comm, ticket)`: inline when no
+/// asynchronous work is pending (the common case: no closure, no thread hop), otherwise queued
+/// behind the pending operations and waited for. `run` is copied when queued: it must capture the
+/// caller's arguments by value. \param kind the operation's name, for messages.
+template <class X, class F>
+void launch(communicator<X>& comm, const char* kind, F run) {
+  const op_ticket tk = comm.next_op();
+  if (comm.runs_inline()) run(comm, tk);
+  else comm.run_queued(kind, [=](communicator<X>& c) mutable { run(c, tk); });
+}
+
+/// The asynchronous form of `launch`: numbers the operation now and queues `run(comm, ticket)` on
+/// the communicator's progress engine; the request tells when it has finished.
+template <class X, class F>
+request launch_async(communicator<X>& comm, const char* kind, F run) {
+  const op_ticket tk = comm.next_op();
+  return comm.issue(kind, [=](communicator<X>& c) mutable { run(c, tk); });
+}
+
 /// Segment length in elements of type T for the communicator's pipelining unit (at least 1).
 template <class X>
 std::size_t segment_elems(const communicator<X>& comm, std::size_t elem_size) {

@@ -257,10 +257,9 @@ std::size_t int8_exchange(communicator<X>& comm, std::span<float> g, const compr
   const std::size_t n = g.size();
   if (n == 0) return 0;
   const int8_wire_layout L(n, comm.size(), p.block);
-  const op_ticket tk = comm.next_op();
   float* gp = g.data();
-  if (comm.runs_inline()) detail::int8_exchange_run(comm, tk, gp, n, p, st, average);
-  else comm.run_queued("compressed_allreduce", [=, &p, &st](communicator<X>& c) { detail::int8_exchange_run(c, tk, gp, n, p, st, average); });
+  gsync::detail::launch(comm, "compressed_allreduce",
+                        [=, &p, &st](communicator<X>& c, op_ticket tk) { detail::int8_exchange_run(c, tk, gp, n, p, st, average); });
   return L.bytes_per_rank();
 }
 
