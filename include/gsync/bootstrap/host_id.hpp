@@ -39,7 +39,7 @@ inline std::string host_id(const std::string& override_id = {}) {
 /// Identity of the kernel (and so of the CPUs) this process runs on: the boot id, else the host
 /// name. Ranks in different containers or network namespaces of one machine have different host
 /// identities but the same kernel identity: they share its cores, which decides whether a waiting
-/// rank may busy-poll (transport/tcp.hpp, GSYNC_SPIN_US).
+/// rank may busy-poll (transport/mesh/progress.ipp, GSYNC_SPIN_US).
 inline std::string kernel_id() {
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");

@@ -396,7 +396,7 @@ class store_server {
         drop(*c, "connection from " + c->from + " did not authenticate within 10 s");
     for (auto& c : clients_)
       if (c->dead && c->rank >= 0 && !c->left && lost_.empty()) {
-        // A rank that failed said why first (transport/tcp.hpp: "gsync/failed/R" = "<errc> <message>"):
+        // A rank that failed said why first (transport/mesh/failure.ipp: "gsync/failed/R" = "<errc> <message>"):
         // its message names the rank whose loss started it.
         if (auto f = kv_.find("gsync/failed/" + std::to_string(c->rank)); f != kv_.end())
           lost_ = "rank " + std::to_string(c->rank) + " failed: " + f->second.substr(std::min(f->second.size(), f->second.find(' ') + 1));

@@ -184,8 +184,8 @@ class inproc {
 
   // A message of collective `id` waiting from rank `p` with another fingerprint is a mismatch now:
   // the disagreeing ranks may never read from each other (two ranks that both believe to be a
-  // broadcast's root only send, and would wait for each other until the timeout; see tcp.hpp
-  // cross_check). Point-to-point numbers are per pair and not compared.
+  // broadcast's root only send, and would wait for each other until the timeout; see
+  // transport/mesh/diagnostics.ipp, cross_check). Point-to-point numbers are per pair and not compared.
   void cross_check(std::unique_lock<std::mutex>& lk, int p, const message_id& id) {
     if (p == rank_ || id.tag == 0 || id.tag >= 0x80000000u || w_->box(p, rank_).empty()) return;
     const frame_header& h = w_->box(p, rank_).front().h;

@@ -287,7 +287,7 @@ class segment {
     // machines with shadow page tables that is still not enough: the first access of each process to each
     // page costs a hypervisor exit, invisible as a guest page fault. Measured on this project's VM: 1 KiB
     // allreduce 7.8 us during the first pass through a fresh ring, 1.6 us after. So the owner writes the
-    // whole segment at creation and each writer writes its ring at set-up (segment::create, tcp.hpp).
+    // whole segment at creation and each writer writes its ring at set-up (segment::create, transport/mesh/setup.ipp).
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int e = errno;
     ::close(fd);
