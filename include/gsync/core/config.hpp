@@ -94,13 +94,13 @@ inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}
   if (auto v = env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") o.shm_light = false;
   if (auto b = env("GSYNC_SHM_BYTES")) {
     auto v = parse_size(*b);
-    if (!v || *v < 4096 || *v > (std::size_t{1} << 30) || *v % 64)
+    if (!v || !transport::tcp_options::valid_ring_bytes(*v))
       throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
     o.shm_ring_bytes = *v;
   }
   if (auto b = env("GSYNC_SOCKET_BUFFER")) {
     auto v = parse_size(*b);
-    if (!v || *v > (1u << 30)) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
+    if (!v || !transport::tcp_options::valid_socket_buffer(static_cast<long long>(*v))) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
     o.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
   }
   if (auto w = env_int("GSYNC_STALL_WARN_S", 0, 1000000)) o.stall_warn_s = static_cast<int>(*w);

@@ -43,26 +43,25 @@ struct link_estimate {
 
 namespace detail {
 
-/// `base` with GSYNC_NET_GBPS (`gbps`, Gbit/s per direction, e.g. "1", "25", "100") and
-/// GSYNC_NET_LATENCY_US (`latency_us`) applied where given. Throws invalid_argument on values
-/// that are not positive numbers, naming the variable.
-inline link_estimate override_links(link_estimate base, const std::optional<std::string>& gbps,
-                                    const std::optional<std::string>& latency_us) {
-  const auto positive = [](const std::string& v, const char* what) {
-    if (auto x = parse_positive(v)) return *x;
-    throw error(errc::invalid_argument, std::string(what) + "='" + v + "' is not a positive number");
-  };
-  if (gbps) base.beta_us_per_byte = 8.0 / (positive(*gbps, "GSYNC_NET_GBPS") * 1e3);  // 8 bits / (1e3 bits per us per Gbit/s)
-  if (latency_us) base.alpha_us = positive(*latency_us, "GSYNC_NET_LATENCY_US");
-  return base;
-}
-
 /// `base` with the link rate `gbps` (Gbit/s per direction) and the per-message cost `latency_us`
 /// applied where they are positive (`transport::tcp_options::net_gbps`, `net_latency_us`).
 inline link_estimate override_links(link_estimate base, double gbps, double latency_us) noexcept {
   if (gbps > 0) base.beta_us_per_byte = 8.0 / (gbps * 1e3);
   if (latency_us > 0) base.alpha_us = latency_us;
   return base;
+}
+
+/// `base` with GSYNC_NET_GBPS (`gbps`, Gbit/s per direction, e.g. "1", "25", "100") and
+/// GSYNC_NET_LATENCY_US (`latency_us`) applied where given. Throws invalid_argument on values
+/// that are not positive numbers, naming the variable.
+inline link_estimate override_links(link_estimate base, const std::optional<std::string>& gbps,
+                                    const std::optional<std::string>& latency_us) {
+  const auto positive = [](const std::optional<std::string>& v, const char* what) {
+    if (!v) return 0.0;
+    if (auto x = parse_positive(*v)) return *x;
+    throw error(errc::invalid_argument, std::string(what) + "='" + *v + "' is not a positive number");
+  };
+  return override_links(base, positive(gbps, "GSYNC_NET_GBPS"), positive(latency_us, "GSYNC_NET_LATENCY_US"));
 }
 
 /// `override_links(base, ...)` of the variables GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US (parsed in

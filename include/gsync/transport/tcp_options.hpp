@@ -47,6 +47,11 @@ struct tcp_options {
   /// Time the links between hosts at start-up when the ranks span several hosts
   /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.
   bool net_probe = true;
+
+  /// A shared-memory ring size the transport accepts: 4 KiB..1 GiB, a multiple of 64.
+  static constexpr bool valid_ring_bytes(std::size_t b) noexcept { return b >= 4096 && b <= (std::size_t{1} << 30) && b % 64 == 0; }
+  /// A socket buffer size the transport accepts: 0 (the kernel's autotuning) .. 1 GiB.
+  static constexpr bool valid_socket_buffer(long long b) noexcept { return b >= 0 && b <= (1LL << 30); }
   /// Link rate between hosts in Gbit/s per direction, as the user knows it (GSYNC_NET_GBPS); wins
   /// over the probe's measure. 0: measured, else assumed (core/links.hpp).
   double net_gbps = 0;

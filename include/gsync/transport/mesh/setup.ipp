@@ -136,9 +136,9 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
 // Refuses options no transport could run with, naming the field (and its variable).
 inline void host_mesh::check_options(const tcp_options& o) {
   const auto bad = [](const std::string& what) { throw error(errc::invalid_argument, "tcp_options: " + what); };
-  if (o.shm_ring_bytes < 4096 || o.shm_ring_bytes > (std::size_t{1} << 30) || o.shm_ring_bytes % 64)
+  if (!tcp_options::valid_ring_bytes(o.shm_ring_bytes))
     bad("shm_ring_bytes (GSYNC_SHM_BYTES) = " + std::to_string(o.shm_ring_bytes) + " is not between 4K and 1G, multiple of 64");
-  if (o.socket_buffer_bytes < 0 || o.socket_buffer_bytes > (1 << 30))
+  if (!tcp_options::valid_socket_buffer(o.socket_buffer_bytes))
     bad("socket_buffer_bytes (GSYNC_SOCKET_BUFFER) = " + std::to_string(o.socket_buffer_bytes) + " is not between 0 and 1G");
   if (o.staging_bytes < 64) bad("staging_bytes = " + std::to_string(o.staging_bytes) + " is below 64");
   if (o.stall_warn_s < 0) bad("stall_warn_s (GSYNC_STALL_WARN_S) is negative");
