@@ -3,6 +3,8 @@
 
 #include "support/allreduce_sweep.hpp"
 
+#include <gsync/transport/links/tcp_link.hpp>
+
 #define GSYNC_SWEEP(N) \
   TEST_CASE("allreduce sweep inproc world " #N) { run_sweep<false>(N); }
 
@@ -18,11 +20,11 @@ GSYNC_SWEEP(8)
 // GSYNC_ALGO (config.algo) forces each algorithm by name for the automatic policy; an unknown
 // name is an invalid_argument that lists the valid names.
 TEST_CASE("GSYNC_ALGO forces every allreduce algorithm, unknown names list the valid ones") {
-  using gsync::algo::allreduce_id;
+  using namespace gsync::algo;
   const std::pair<const char*, allreduce_id> forced[] = {
-      {"ring", allreduce_id::ring},   {"recursive_doubling", allreduce_id::recursive_doubling},
-      {"halving_doubling", allreduce_id::halving_doubling}, {"tree", allreduce_id::tree},
-      {"direct", allreduce_id::direct}, {"star", allreduce_id::star}};
+      {"ring", allreduce_id_of<ring>},   {"recursive_doubling", allreduce_id_of<recursive_doubling>},
+      {"halving_doubling", allreduce_id_of<halving_doubling>}, {"tree", allreduce_id_of<tree>},
+      {"direct", allreduce_id_of<direct>}, {"star", allreduce_id_of<star>}};
   for (const auto& entry : forced) {
     const char* const algo_name = entry.first;  // (not a structured binding: clang 14 cannot capture those)
     const allreduce_id id = entry.second;
@@ -33,7 +35,7 @@ TEST_CASE("GSYNC_ALGO forces every allreduce algorithm, unknown names list the v
       run_inproc(n, [&](auto& comm, world_sync&) {
         REQUIRE(comm.settings().algo == algo_name);
         for (std::size_t count : {std::size_t{5}, std::size_t{100000}}) {
-          const auto ch = gsync::algo::choose_allreduce(count * sizeof(double), comm.size(), comm.transport().name(),
+          const auto ch = gsync::algo::choose_allreduce(count * sizeof(double), comm.size(), gsync::local_costs_of(comm.transport()),
                                                         comm.settings().algo);
           REQUIRE(ch.id == id);
           REQUIRE(ch.reason() == "forced by GSYNC_ALGO=" + std::string(algo_name));
@@ -65,10 +67,11 @@ TEST_CASE("GSYNC_ALGO forces every allreduce algorithm, unknown names list the v
 // algorithm name round-trips through parse_allreduce and visit.
 TEST_CASE("automatic allreduce choice follows the cost model") {
   using namespace gsync::algo;
-  const auto m = cost_model::for_transport("tcp");
+  const link_costs tcp = gsync::link_traits<gsync::transport::tcp_link>::costs;
+  const auto m = tcp.model;
   for (int n = 1; n <= 64; ++n) {
     for (std::size_t bytes = 1; bytes <= (std::size_t{256} << 20); bytes *= 2) {
-      const choice ch = choose_allreduce(bytes, n, "tcp", "");
+      const choice ch = choose_allreduce(bytes, n, tcp, "");
       for (allreduce_id id : all_allreduce_ids) CHECK(estimate_us(ch.id, bytes, n, m) <= estimate_us(id, bytes, n, m));
       if (n > 1) {
         CHECK(ch.runner_up != ch.id);
@@ -76,7 +79,7 @@ TEST_CASE("automatic allreduce choice follows the cost model") {
       }
     }
   }
-  const choice ch = choose_allreduce(8, 4, "tcp", "auto");
+  const choice ch = choose_allreduce(8, 4, tcp, "auto");
   const std::string why = ch.reason();
   CHECK(why.find(std::string(name(ch.runner_up))) != std::string::npos);
   CHECK(why.find("8 B on 4 ranks over tcp") != std::string::npos);

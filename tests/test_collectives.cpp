@@ -183,41 +183,41 @@ TEST_CASE("collectives: reduce_scatter avg divides by the world size") {
 }
 
 TEST_CASE("collectives: broadcast and reduce weigh a message latency by the links timed at start-up when ranks span hosts") {
-  using gsync::algo::collective_id;
+  using gsync::algo::collective_id_of;
   // 8 ranks, 256 KiB in 16 KiB segments: with the one-host ratio (a latency is worth 32 KiB) the
   // tree's 3 whole-buffer hops beat the chain's 22 segment hops; over 1 Gbit/s links with 30 us per
   // message (about 3.75 KB) the chain wins.
   gsync::topology hosts = gsync::topology::blocks(8, 1);
   const std::size_t bytes = 256 << 10, seg = 16 << 10;
-  CHECK(gsync::algo::choose_broadcast(bytes, 8, seg, "").id == collective_id::binomial_tree);
-  CHECK(gsync::algo::choose_broadcast(bytes, 8, seg, "", &hosts).id == collective_id::binomial_tree);  // no links recorded
+  CHECK(gsync::algo::choose_broadcast(bytes, 8, seg, "").id == collective_id_of<gsync::algo::binomial_tree>);
+  CHECK(gsync::algo::choose_broadcast(bytes, 8, seg, "", &hosts).id == collective_id_of<gsync::algo::binomial_tree>);  // no links recorded
   gsync::link_estimate gig;
   gig.alpha_us = 30;
   gig.beta_us_per_byte = 8e-3;
   hosts.set_links(gig);
   const auto b = gsync::algo::choose_broadcast(bytes, 8, seg, "", &hosts);
-  CHECK(b.id == collective_id::ring);
+  CHECK(b.id == collective_id_of<gsync::algo::ring>);
   CHECK(b.reason().find("from the links timed at start-up") != std::string::npos);
-  CHECK(gsync::algo::choose_reduce(bytes, 8, seg, "", &hosts).id == collective_id::ring);
+  CHECK(gsync::algo::choose_reduce(bytes, 8, seg, "", &hosts).id == collective_id_of<gsync::algo::ring>);
   // One host: the links do not apply.
   gsync::topology one = gsync::topology::single_host(8);
   one.set_links(gig);
-  CHECK(gsync::algo::choose_reduce(bytes, 8, seg, "", &one).id == collective_id::binomial_tree);
+  CHECK(gsync::algo::choose_reduce(bytes, 8, seg, "", &one).id == collective_id_of<gsync::algo::binomial_tree>);
 }
 
 TEST_CASE("collectives: GSYNC_ALGO_* overrides are parsed, forced, and invalid names list the valid ones") {
-  CHECK(gsync::algo::choose_broadcast(1 << 30, 8, 512 << 10, "binomial_tree").id == gsync::algo::collective_id::binomial_tree);
-  CHECK(gsync::algo::choose_reduce(8, 8, 512 << 10, "ring").id == gsync::algo::collective_id::ring);
-  CHECK(gsync::algo::choose_broadcast(8, 8, 512 << 10, "").id == gsync::algo::collective_id::binomial_tree);
-  CHECK(gsync::algo::choose_broadcast(std::size_t{64} << 20, 8, 512 << 10, "auto").id == gsync::algo::collective_id::ring);
+  CHECK(gsync::algo::choose_broadcast(1 << 30, 8, 512 << 10, "binomial_tree").id == gsync::algo::collective_id_of<gsync::algo::binomial_tree>);
+  CHECK(gsync::algo::choose_reduce(8, 8, 512 << 10, "ring").id == gsync::algo::collective_id_of<gsync::algo::ring>);
+  CHECK(gsync::algo::choose_broadcast(8, 8, 512 << 10, "").id == gsync::algo::collective_id_of<gsync::algo::binomial_tree>);
+  CHECK(gsync::algo::choose_broadcast(std::size_t{64} << 20, 8, 512 << 10, "auto").id == gsync::algo::collective_id_of<gsync::algo::ring>);
   // Blocks that make a small whole buffer: dissemination from 3 ranks; large ones or 2 ranks: the ring.
-  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "").id == gsync::algo::collective_id::dissemination);
-  CHECK(gsync::algo::choose_allgather(64 << 10, 4, 512 << 10, "").id == gsync::algo::collective_id::dissemination);
-  CHECK(gsync::algo::choose_allgather((64 << 10) + 4, 4, 512 << 10, "").id == gsync::algo::collective_id::ring);
-  CHECK(gsync::algo::choose_reduce_scatter(8, 2, 512 << 10, "").id == gsync::algo::collective_id::ring);
-  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "ring").id == gsync::algo::collective_id::ring);
-  CHECK(gsync::algo::choose_allgather(1 << 20, 4, 512 << 10, "dissemination").id == gsync::algo::collective_id::dissemination);
-  CHECK(gsync::algo::choose_alltoall(8, 4, 512 << 10, "pairwise").id == gsync::algo::collective_id::pairwise);
+  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "").id == gsync::algo::collective_id_of<gsync::algo::dissemination>);
+  CHECK(gsync::algo::choose_allgather(64 << 10, 4, 512 << 10, "").id == gsync::algo::collective_id_of<gsync::algo::dissemination>);
+  CHECK(gsync::algo::choose_allgather((64 << 10) + 4, 4, 512 << 10, "").id == gsync::algo::collective_id_of<gsync::algo::ring>);
+  CHECK(gsync::algo::choose_reduce_scatter(8, 2, 512 << 10, "").id == gsync::algo::collective_id_of<gsync::algo::ring>);
+  CHECK(gsync::algo::choose_reduce_scatter(8, 4, 512 << 10, "ring").id == gsync::algo::collective_id_of<gsync::algo::ring>);
+  CHECK(gsync::algo::choose_allgather(1 << 20, 4, 512 << 10, "dissemination").id == gsync::algo::collective_id_of<gsync::algo::dissemination>);
+  CHECK(gsync::algo::choose_alltoall(8, 4, 512 << 10, "pairwise").id == gsync::algo::collective_id_of<gsync::algo::pairwise>);
   const auto bad = [](auto f) {
     try {
       f();

@@ -697,15 +697,15 @@ TEST_CASE("synchronizer: misuse is reported") {
 }
 
 TEST_CASE("allreduce_bytes_sent: schedule volumes") {
-  using gsync::algo::allreduce_id;
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::ring, 1000, 1) == 0);
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::ring, 1000, 4) == doctest::Approx(1500));
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::halving_doubling, 1000, 4) == doctest::Approx(1500));
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::recursive_doubling, 1000, 4) == doctest::Approx(2000));
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::direct, 1000, 4) == doctest::Approx(3000));
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::star, 1000, 4) == doctest::Approx(1500));
+  using namespace gsync::algo;
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<ring>, 1000, 1) == 0);
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<ring>, 1000, 4) == doctest::Approx(1500));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<halving_doubling>, 1000, 4) == doctest::Approx(1500));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<recursive_doubling>, 1000, 4) == doctest::Approx(2000));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<direct>, 1000, 4) == doctest::Approx(3000));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<star>, 1000, 4) == doctest::Approx(1500));
   // 5 ranks: P = 4, one folded rank: (4*2*1000 + 2*1000) / 5
-  CHECK(grad::allreduce_bytes_sent(allreduce_id::recursive_doubling, 1000, 5) == doctest::Approx(2000));
+  CHECK(grad::allreduce_bytes_sent(allreduce_id_of<recursive_doubling>, 1000, 5) == doctest::Approx(2000));
 }
 
 TEST_CASE("synchronizer: the plain reducer reports the bytes the transport was handed, counted") {

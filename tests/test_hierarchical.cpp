@@ -17,6 +17,14 @@
 
 #include <gsync/algo/hierarchical.hpp>
 #include <gsync/algo/select.hpp>
+#include <gsync/transport/links/shm_link.hpp>
+#include <gsync/transport/links/tcp_link.hpp>
+
+namespace {
+// What the transport's link types declare (transport/links/): the automatic choice reads these.
+constexpr gsync::link_costs shm_costs = gsync::link_traits<gsync::transport::shm_link>::costs;
+constexpr gsync::link_costs tcp_costs = gsync::link_traits<gsync::transport::tcp_link>::costs;
+}  // namespace
 
 namespace {
 
@@ -122,29 +130,29 @@ TEST_CASE("hierarchical allreduce over shared memory inside hosts and TCP across
 TEST_CASE("automatic choice: hierarchical for large buffers when ranks span hosts evenly") {
   using namespace gsync::algo;
   const gsync::topology two_by_four = gsync::topology::blocks(8, 4);
-  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &two_by_four).id == allreduce_id::hierarchical);
-  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &two_by_four).id != allreduce_id::hierarchical);
-  const std::string why = choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &two_by_four).reason();
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, shm_costs, "", &two_by_four).id == allreduce_id_of<hierarchical_default>);
+  CHECK(choose_allreduce(8, 8, shm_costs, "", &two_by_four).id != allreduce_id_of<hierarchical_default>);
+  const std::string why = choose_allreduce(std::size_t{64} << 20, 8, shm_costs, "", &two_by_four).reason();
   CHECK(why.find("several hosts") != std::string::npos);
   // Uneven placement (hosts of 3, 3, 2 ranks), one host, or one rank per host: never hierarchical.
   const gsync::topology uneven = gsync::topology::blocks(8, 3), one = gsync::topology::single_host(8),
                         spread = gsync::topology::blocks(8, 1);
   for (std::size_t bytes = 8; bytes <= (std::size_t{256} << 20); bytes *= 4)
-    for (const auto* t : {&uneven, &one, &spread}) CHECK(choose_allreduce(bytes, 8, "tcp", "", t).id != allreduce_id::hierarchical);
+    for (const auto* t : {&uneven, &one, &spread}) CHECK(choose_allreduce(bytes, 8, tcp_costs, "", t).id != allreduce_id_of<hierarchical_default>);
   // Forced by name, whatever the placement.
-  CHECK(choose_allreduce(8, 8, "tcp", "hierarchical", &one).id == allreduce_id::hierarchical);
+  CHECK(choose_allreduce(8, 8, tcp_costs, "hierarchical", &one).id == allreduce_id_of<hierarchical_default>);
   // On the network, large buffers go to the pipelined ring rather than halving-doubling.
   const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
-  CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts).id == allreduce_id::ring);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 4, tcp_costs, "", &four_hosts).id == allreduce_id_of<ring>);
   // The communicator's segment size, when given, is the one the estimate uses (it sets the ring's
   // pipelining and the hierarchical schedule's slices): 64 MiB in 64 KiB segments.
   const std::size_t big = std::size_t{64} << 20, seg = 64 << 10;
-  const auto ch = choose_allreduce(big, 8, "shm+tcp", "", &two_by_four, nullptr, seg);
-  REQUIRE(ch.id == allreduce_id::hierarchical);
-  cost_model intra = cost_model::shared_memory_of(two_by_four), net = network_of(two_by_four);
+  const auto ch = choose_allreduce(big, 8, shm_costs, "", &two_by_four, nullptr, seg);
+  REQUIRE(ch.id == allreduce_id_of<hierarchical_default>);
+  cost_model intra = intra_model(shm_costs, two_by_four), net = network_of(two_by_four);
   intra.segment_bytes = net.segment_bytes = seg;
   CHECK(ch.cost_us == doctest::Approx(estimate_hierarchical_us(big, 2, 4, intra, net)));
-  CHECK(ch.cost_us != doctest::Approx(choose_allreduce(big, 8, "shm+tcp", "", &two_by_four).cost_us));
+  CHECK(ch.cost_us != doctest::Approx(choose_allreduce(big, 8, shm_costs, "", &two_by_four).cost_us));
 }
 
 TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) keeps small buffers off the hierarchical schedule") {
@@ -157,21 +165,21 @@ TEST_CASE("automatic choice: a slow message inside hosts (timed at start-up) kee
   l.measured = true;
   l.intra_alpha_us = 5;  // a core per rank: a message inside a host is cheap
   t.set_links(l);
-  CHECK(cost_model::shared_memory_of(t).alpha_us == 5);
-  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
-  CHECK(choose_allreduce(std::size_t{64} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
+  CHECK(intra_model(shm_costs, t).alpha_us == 5);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, shm_costs, "", &t).id == allreduce_id_of<hierarchical_default>);
+  CHECK(choose_allreduce(std::size_t{64} << 10, 8, shm_costs, "", &t).id == allreduce_id_of<hierarchical_default>);
   // 4 KiB: recursive doubling crosses hosts once (its steps at distance 1 and 2 stay inside), the
   // hierarchical ring twice; the link carries 4 x 4 KiB, about 130 us.
-  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(std::size_t{4} << 10, 8, shm_costs, "", &t).id == allreduce_id_of<recursive_doubling>);
   l.intra_alpha_us = 400;  // an oversubscribed host: every message inside it waits for a wake-up
   t.set_links(l);
-  CHECK(choose_allreduce(std::size_t{64} << 20, 8, "shm+tcp", "", &t).id == allreduce_id::hierarchical);
-  CHECK(choose_allreduce(std::size_t{4} << 10, 8, "shm+tcp", "", &t).id != allreduce_id::hierarchical);
-  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &t).id != allreduce_id::hierarchical);
+  CHECK(choose_allreduce(std::size_t{64} << 20, 8, shm_costs, "", &t).id == allreduce_id_of<hierarchical_default>);
+  CHECK(choose_allreduce(std::size_t{4} << 10, 8, shm_costs, "", &t).id != allreduce_id_of<hierarchical_default>);
+  CHECK(choose_allreduce(8, 8, shm_costs, "", &t).id != allreduce_id_of<hierarchical_default>);
   // Not measured (0): the assumed cost.
   l.intra_alpha_us = 0;
   t.set_links(l);
-  CHECK(cost_model::shared_memory_of(t).alpha_us == cost_model::shared_memory().alpha_us);
+  CHECK(intra_model(shm_costs, t).alpha_us == cost_model::shared_memory().alpha_us);
 }
 
 TEST_CASE("topology: how many ranks of a host cross to other hosts in each step of the flat schedules") {
@@ -227,19 +235,19 @@ TEST_CASE("placed cost model: one rank per host is the flat network model, and r
   const gsync::topology t = gsync::topology::blocks(8, 4);
   const double s = 65536;
   const double rd = 2 * (300 + s * intra.beta_us_per_byte) + (100 + 4 * s * 8e-3);
-  CHECK(estimate_placed_us(allreduce_id::recursive_doubling, 65536, t, intra, net) == doctest::Approx(rd));
-  CHECK(estimate_placed_us(allreduce_id::recursive_doubling, 65536, t, intra, net) >
-        estimate_us(allreduce_id::recursive_doubling, 65536, 8, net));
+  CHECK(estimate_placed_us(allreduce_id_of<recursive_doubling>, 65536, t, intra, net) == doctest::Approx(rd));
+  CHECK(estimate_placed_us(allreduce_id_of<recursive_doubling>, 65536, t, intra, net) >
+        estimate_us(allreduce_id_of<recursive_doubling>, 65536, 8, net));
   // Round robin: the ring's every hop crosses, four senders per link.
   const gsync::topology rr({0, 1, 0, 1, 0, 1, 0, 1});
-  CHECK(estimate_placed_us(allreduce_id::ring, std::size_t{64} << 20, rr, intra, net) ==
-        doctest::Approx(4 * estimate_placed_us(allreduce_id::ring, std::size_t{64} << 20, t, intra, net)).epsilon(0.01));
+  CHECK(estimate_placed_us(allreduce_id_of<ring>, std::size_t{64} << 20, rr, intra, net) ==
+        doctest::Approx(4 * estimate_placed_us(allreduce_id_of<ring>, std::size_t{64} << 20, t, intra, net)).epsilon(0.01));
   // With those links (the shaped cluster's, an oversubscribed host), 64 KiB goes hierarchical:
   // recursive doubling's crossing step alone is about 2.2 ms there.
   gsync::topology placed = t;
   placed.set_links(l);
-  CHECK(choose_allreduce(65536, 8, "shm+tcp", "", &placed).id == allreduce_id::hierarchical);
-  CHECK(choose_allreduce(8, 8, "shm+tcp", "", &placed).id == allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(65536, 8, shm_costs, "", &placed).id == allreduce_id_of<hierarchical_default>);
+  CHECK(choose_allreduce(8, 8, shm_costs, "", &placed).id == allreduce_id_of<recursive_doubling>);
 }
 
 // Ranks that share cores (the probe's shared_msg_us): every message costs the machines' time,
@@ -249,14 +257,14 @@ TEST_CASE("placed cost model: one rank per host is the flat network model, and r
 TEST_CASE("placed cost model: ranks that share cores pay for every message") {
   using namespace gsync::algo;
   const cost_model m = cost_model::tcp_loopback();
-  CHECK(total_messages(allreduce_id::ring, 8, 8, m) == 112);
-  CHECK(total_messages(allreduce_id::recursive_doubling, 8, 8, m) == 24);
-  CHECK(total_messages(allreduce_id::recursive_doubling, 8, 6, m) == 12);  // 4 x 2 in the core, 2 x 2 folded
-  CHECK(total_messages(allreduce_id::halving_doubling, 8, 8, m) == 48);
-  CHECK(total_messages(allreduce_id::direct, 8, 8, m) == 56);
-  CHECK(total_messages(allreduce_id::star, 8, 8, m) == 14);
-  CHECK(total_messages(allreduce_id::tree, 8, 8, m) == 28);
-  CHECK(total_messages(allreduce_id::star, 8, 1, m) == 0);
+  CHECK(total_messages(allreduce_id_of<ring>, 8, 8, m) == 112);
+  CHECK(total_messages(allreduce_id_of<recursive_doubling>, 8, 8, m) == 24);
+  CHECK(total_messages(allreduce_id_of<recursive_doubling>, 8, 6, m) == 12);  // 4 x 2 in the core, 2 x 2 folded
+  CHECK(total_messages(allreduce_id_of<halving_doubling>, 8, 8, m) == 48);
+  CHECK(total_messages(allreduce_id_of<direct>, 8, 8, m) == 56);
+  CHECK(total_messages(allreduce_id_of<star>, 8, 8, m) == 14);
+  CHECK(total_messages(allreduce_id_of<tree>, 8, 8, m) == 28);
+  CHECK(total_messages(allreduce_id_of<star>, 8, 1, m) == 0);
   // The 8 fake hosts of benchmarks/netcluster.sh on 2 cores, as the probe measured them.
   gsync::link_estimate l;
   l.alpha_us = 27.6;
@@ -274,18 +282,18 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
     // The cores and the links work at once: the busier of the two sets the time, and a quarter
     // of the other's is added. Halving-doubling's bytes without its step penalty up to 2 MiB.
     for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20}) {
-      const double w = id == allreduce_id::halving_doubling ? 1.75 * static_cast<double>(bytes) * net.beta_us_per_byte
+      const double w = id == allreduce_id_of<halving_doubling> ? 1.75 * static_cast<double>(bytes) * net.beta_us_per_byte
                                                             : estimate_us(id, bytes, 8, bare);
       const double c = total_messages(id, bytes, 8, net) * 6.9;
       CHECK(estimate_placed_us(id, bytes, t, intra, net) == doctest::Approx(std::max(w, c) + 0.25 * std::min(w, c)));
     }
   }
   t.set_links(l);
-  CHECK(choose_allreduce(8, 8, "tcp", "", &t).id == allreduce_id::star);
-  CHECK(choose_allreduce(4096, 8, "tcp", "", &t).id == allreduce_id::recursive_doubling);
-  CHECK(choose_allreduce(65536, 8, "tcp", "", &t).id == allreduce_id::halving_doubling);
-  CHECK(choose_allreduce(std::size_t{4} << 20, 8, "tcp", "", &t).id == allreduce_id::ring);
-  const std::string why = choose_allreduce(8, 8, "tcp", "", &t).reason();
+  CHECK(choose_allreduce(8, 8, tcp_costs, "", &t).id == allreduce_id_of<star>);
+  CHECK(choose_allreduce(4096, 8, tcp_costs, "", &t).id == allreduce_id_of<recursive_doubling>);
+  CHECK(choose_allreduce(65536, 8, tcp_costs, "", &t).id == allreduce_id_of<halving_doubling>);
+  CHECK(choose_allreduce(std::size_t{4} << 20, 8, tcp_costs, "", &t).id == allreduce_id_of<ring>);
+  const std::string why = choose_allreduce(8, 8, tcp_costs, "", &t).reason();
   CHECK(why.find("fewest messages") != std::string::npos);
   // Above 2 MiB halving-doubling pays its step penalty again.
   {
@@ -293,10 +301,10 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
     bare.alpha_us = 0;
     bare.shared_msg_us = 0;
     const std::size_t big = std::size_t{4} << 20;
-    const double w = estimate_us(allreduce_id::halving_doubling, big, 8, bare);
-    const double c = total_messages(allreduce_id::halving_doubling, big, 8, net) * 6.9;
+    const double w = estimate_us(allreduce_id_of<halving_doubling>, big, 8, bare);
+    const double c = total_messages(allreduce_id_of<halving_doubling>, big, 8, net) * 6.9;
     CHECK(w == doctest::Approx(hd_step_penalty * 1.75 * static_cast<double>(big) * net.beta_us_per_byte));
-    CHECK(estimate_placed_us(allreduce_id::halving_doubling, big, t, intra, net) == doctest::Approx(w + 0.25 * c));
+    CHECK(estimate_placed_us(allreduce_id_of<halving_doubling>, big, t, intra, net) == doctest::Approx(w + 0.25 * c));
   }
   // The fake hosts as the probe timed them on 2026-12-02, and the choices their forced runs
   // favour (select.hpp, estimate_placed_us): 4 hosts (27 us, 0.955 Gbit/s, 13.5 us of the cores
@@ -317,14 +325,14 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
       return p;
     };
     const gsync::topology four = placed(4, 27, 0.955, 13.5), eight = placed(8, 38, 0.945, 9.5);
-    CHECK(choose_allreduce(8192, 4, "tcp", "", &four).id == allreduce_id::recursive_doubling);
-    CHECK(choose_allreduce(16384, 4, "tcp", "", &four).id == allreduce_id::halving_doubling);
-    CHECK(choose_allreduce(32768, 4, "tcp", "", &four).id == allreduce_id::halving_doubling);
-    CHECK(choose_allreduce(std::size_t{4} << 20, 4, "tcp", "", &four).id == allreduce_id::ring);
-    CHECK(choose_allreduce(16384, 8, "tcp", "", &eight).id == allreduce_id::recursive_doubling);
-    CHECK(choose_allreduce(32768, 8, "tcp", "", &eight).id == allreduce_id::halving_doubling);
-    CHECK(choose_allreduce(65536, 8, "tcp", "", &eight).id == allreduce_id::halving_doubling);
-    CHECK(choose_allreduce(std::size_t{4} << 20, 8, "tcp", "", &eight).id == allreduce_id::ring);
+    CHECK(choose_allreduce(8192, 4, tcp_costs, "", &four).id == allreduce_id_of<recursive_doubling>);
+    CHECK(choose_allreduce(16384, 4, tcp_costs, "", &four).id == allreduce_id_of<halving_doubling>);
+    CHECK(choose_allreduce(32768, 4, tcp_costs, "", &four).id == allreduce_id_of<halving_doubling>);
+    CHECK(choose_allreduce(std::size_t{4} << 20, 4, tcp_costs, "", &four).id == allreduce_id_of<ring>);
+    CHECK(choose_allreduce(16384, 8, tcp_costs, "", &eight).id == allreduce_id_of<recursive_doubling>);
+    CHECK(choose_allreduce(32768, 8, tcp_costs, "", &eight).id == allreduce_id_of<halving_doubling>);
+    CHECK(choose_allreduce(65536, 8, tcp_costs, "", &eight).id == allreduce_id_of<halving_doubling>);
+    CHECK(choose_allreduce(std::size_t{4} << 20, 8, tcp_costs, "", &eight).id == allreduce_id_of<ring>);
   }
   // The same links with cores of their own: star is never the choice.
   l.shared_msg_us = 0;
@@ -333,7 +341,7 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
     own.set_links(l);
     for (std::size_t bytes = 1; bytes <= (std::size_t{64} << 20); bytes *= 4) {
       INFO("n=" << n << " bytes=" << bytes);
-      CHECK(choose_allreduce(bytes, n, "tcp", "", &own).id != allreduce_id::star);
+      CHECK(choose_allreduce(bytes, n, tcp_costs, "", &own).id != allreduce_id_of<star>);
     }
   }
 }
@@ -366,16 +374,16 @@ TEST_CASE("network model: GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US move the cross
   // 1 Gbit/s makes the bytes dominate (recursive doubling sends the whole buffer log2(N) times).
   const gsync::topology four_hosts = gsync::topology::blocks(4, 1);
   const std::size_t mid = std::size_t{64} << 10;
-  CHECK(choose_allreduce(mid, 4, "tcp", "", &four_hosts, &assumed).id == allreduce_id::recursive_doubling);
-  CHECK(choose_allreduce(mid, 4, "tcp", "", &four_hosts, &gig).id != allreduce_id::recursive_doubling);
+  CHECK(choose_allreduce(mid, 4, tcp_costs, "", &four_hosts, &assumed).id == allreduce_id_of<recursive_doubling>);
+  CHECK(choose_allreduce(mid, 4, tcp_costs, "", &four_hosts, &gig).id != allreduce_id_of<recursive_doubling>);
   // Tiny messages stay latency-bound, large ones bandwidth-bound, on either network.
   for (const cost_model* m : {&assumed, &gig}) {
-    CHECK(choose_allreduce(8, 4, "tcp", "", &four_hosts, m).id == allreduce_id::recursive_doubling);
-    CHECK(choose_allreduce(std::size_t{64} << 20, 4, "tcp", "", &four_hosts, m).id == allreduce_id::ring);
+    CHECK(choose_allreduce(8, 4, tcp_costs, "", &four_hosts, m).id == allreduce_id_of<recursive_doubling>);
+    CHECK(choose_allreduce(std::size_t{64} << 20, 4, tcp_costs, "", &four_hosts, m).id == allreduce_id_of<ring>);
   }
   // The model only applies across hosts: one host keeps its own constants.
   const gsync::topology one = gsync::topology::single_host(4);
-  CHECK(choose_allreduce(mid, 4, "tcp", "", &one, &gig).id == choose_allreduce(mid, 4, "tcp", "", &one).id);
+  CHECK(choose_allreduce(mid, 4, tcp_costs, "", &one, &gig).id == choose_allreduce(mid, 4, tcp_costs, "", &one).id);
 }
 
 TEST_CASE("automatic choice: one machine whose ranks share cores takes direct, star, halving-doubling and ring sooner") {
@@ -385,39 +393,39 @@ TEST_CASE("automatic choice: one machine whose ranks share cores takes direct, s
   CHECK_FALSE(one.cores_shared());
   // Cores to spare: the assumed shared-memory model (10 us a hop) keeps recursive doubling.
   for (std::size_t b : {std::size_t{8}, std::size_t{64} << 10, std::size_t{128} << 10})
-    CHECK(choose_allreduce(b, 4, "shm", "", &one).id == allreduce_id::recursive_doubling);
+    CHECK(choose_allreduce(b, 4, shm_costs, "", &one).id == allreduce_id_of<recursive_doubling>);
   // 4 ranks on fewer cores (fitted on 2): direct for tiny buffers (the measured table: one wait
   // instead of two), recursive doubling, then halving-doubling, then the ring.
-  const auto tiny = choose_allreduce(8, 4, "shm", "", &shared);
-  CHECK(tiny.id == allreduce_id::direct);
-  CHECK(tiny.runner_up == allreduce_id::recursive_doubling);
+  const auto tiny = choose_allreduce(8, 4, shm_costs, "", &shared);
+  CHECK(tiny.id == allreduce_id_of<direct>);
+  CHECK(tiny.runner_up == allreduce_id_of<recursive_doubling>);
   CHECK(tiny.reason().find("measured table") != std::string::npos);
-  CHECK(choose_allreduce(1024, 4, "shm", "", &shared).id == allreduce_id::direct);
-  CHECK(choose_allreduce(1025, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
-  CHECK(choose_allreduce(std::size_t{16} << 10, 4, "shm", "", &shared).id == allreduce_id::recursive_doubling);
-  CHECK(choose_allreduce(std::size_t{128} << 10, 4, "shm", "", &shared).id == allreduce_id::halving_doubling);
-  CHECK(choose_allreduce(std::size_t{4} << 20, 4, "shm", "", &shared).id == allreduce_id::ring);
+  CHECK(choose_allreduce(1024, 4, shm_costs, "", &shared).id == allreduce_id_of<direct>);
+  CHECK(choose_allreduce(1025, 4, shm_costs, "", &shared).id == allreduce_id_of<recursive_doubling>);
+  CHECK(choose_allreduce(std::size_t{16} << 10, 4, shm_costs, "", &shared).id == allreduce_id_of<recursive_doubling>);
+  CHECK(choose_allreduce(std::size_t{128} << 10, 4, shm_costs, "", &shared).id == allreduce_id_of<halving_doubling>);
+  CHECK(choose_allreduce(std::size_t{4} << 20, 4, shm_costs, "", &shared).id == allreduce_id_of<ring>);
   // 6..8 ranks on 2 cores: direct up to 1 KiB, star from there to 512 KiB, the model beyond;
   // more than 8 ranks were not measured: the model decides.
   for (int n : {6, 8}) {
     gsync::topology t = gsync::topology::blocks(n, n);
     t.set_cores_shared(true);
     CAPTURE(n);
-    CHECK(choose_allreduce(8, n, "shm", "", &t).id == allreduce_id::direct);
-    CHECK(choose_allreduce(std::size_t{32} << 10, n, "shm", "", &t).id == allreduce_id::star);
-    CHECK(choose_allreduce(std::size_t{512} << 10, n, "shm", "", &t).id == allreduce_id::star);
-    CHECK(choose_allreduce(std::size_t{2} << 20, n, "shm", "", &t).id != allreduce_id::star);
+    CHECK(choose_allreduce(8, n, shm_costs, "", &t).id == allreduce_id_of<direct>);
+    CHECK(choose_allreduce(std::size_t{32} << 10, n, shm_costs, "", &t).id == allreduce_id_of<star>);
+    CHECK(choose_allreduce(std::size_t{512} << 10, n, shm_costs, "", &t).id == allreduce_id_of<star>);
+    CHECK(choose_allreduce(std::size_t{2} << 20, n, shm_costs, "", &t).id != allreduce_id_of<star>);
     // a forced algorithm still wins over the table
-    CHECK(choose_allreduce(8, n, "shm", "ring", &t).id == allreduce_id::ring);
+    CHECK(choose_allreduce(8, n, shm_costs, "ring", &t).id == allreduce_id_of<ring>);
   }
   gsync::topology nine = gsync::topology::blocks(9, 9);
   nine.set_cores_shared(true);
-  CHECK(choose_allreduce(8, 9, "shm", "", &nine).reason().find("measured table") == std::string::npos);
+  CHECK(choose_allreduce(8, 9, shm_costs, "", &nine).reason().find("measured table") == std::string::npos);
   // 3 ranks: the table has no row, the model already picks direct for small buffers.
   gsync::topology three = gsync::topology::blocks(3, 3);
   three.set_cores_shared(true);
-  CHECK(choose_allreduce(8, 3, "shm", "", &three).reason().find("measured table") == std::string::npos);
+  CHECK(choose_allreduce(8, 3, shm_costs, "", &three).reason().find("measured table") == std::string::npos);
   // Only the shared-memory transport's model changes: loopback TCP keeps its fitted one.
   for (std::size_t b : {std::size_t{8}, std::size_t{128} << 10})
-    CHECK(choose_allreduce(b, 4, "tcp", "", &shared).id == choose_allreduce(b, 4, "tcp", "", &one).id);
+    CHECK(choose_allreduce(b, 4, tcp_costs, "", &shared).id == choose_allreduce(b, 4, tcp_costs, "", &one).id);
 }

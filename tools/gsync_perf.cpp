@@ -186,8 +186,8 @@ void print_usage(std::FILE* f) {
                "      --json FILE         rank 0 also writes the results to FILE as JSON\n"
                "  -h, --help              this text\n"
                "exit status: 0 all correct, 1 wrong results, 2 usage error, 3 run-time failure\n",
-               std::string(gsync::algo::allreduce_names).c_str(), std::string(gsync::algo::rooted_names).c_str(),
-               std::string(gsync::algo::block_names).c_str(), std::string(gsync::algo::alltoall_names).c_str());
+               gsync::algo::allreduce_names().c_str(), gsync::algo::valid_names("broadcast").c_str(),
+               gsync::algo::valid_names("reduce_scatter").c_str(), gsync::algo::valid_names("alltoall").c_str());
 }
 
 /// Lower-cases `s` (ASCII).
@@ -357,7 +357,7 @@ options parse_args(int argc, char** argv) {
         o.algo = gsync::algo::parse_allreduce(v, a);
       } catch (const gsync::error&) {
         throw usage_error{a + ": unknown allreduce algorithm '" + v + "' (valid: " +
-                          std::string(gsync::algo::allreduce_names) + ")"};
+                          gsync::algo::allreduce_names() + ")"};
       }
       o.algo_label = o.algo ? v : "auto";
     } else {
@@ -366,7 +366,7 @@ options parse_args(int argc, char** argv) {
         o.coll_algo = gsync::algo::parse_collective(cn, v, a);
       } catch (const gsync::error&) {
         throw usage_error{a + ": unknown " + std::string(cn) + " algorithm '" + v + "' (valid: " +
-                          std::string(gsync::algo::valid_names(cn)) + ")"};
+                          gsync::algo::valid_names(cn) + ")"};
       }
       o.algo_label = o.coll_algo ? std::string(gsync::algo::name(*o.coll_algo)) : "auto";
     }
@@ -574,7 +574,7 @@ void barrier(gsync::tcp_communicator& comm) {
 template <class Algo>
 std::string algo_ran(gsync::tcp_communicator& comm, std::size_t bytes) {
   if constexpr (std::is_same_v<Algo, gsync::algo::automatic>) {
-    const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
+    const auto ch = gsync::algo::choose_allreduce(bytes, comm.size(), gsync::local_costs_of(comm.transport()), comm.settings().algo,
                                                   &comm.placement(), nullptr, comm.segment_bytes());
     return gsync::algo::visit(ch.id, [](auto a) { return std::string(decltype(a)::name); });
   } else {
@@ -696,7 +696,7 @@ std::string coll_algo_ran(gsync::tcp_communicator& comm, coll c, std::size_t byt
     const auto& s = comm.settings();
     const std::size_t seg = comm.segment_bytes();
     const int n = comm.size();
-    gsync::algo::collective_id id = gsync::algo::collective_id::ring;
+    gsync::algo::collective_id id = gsync::algo::collective_id_of<gsync::algo::ring>;
     switch (c) {
       case coll::reduce_scatter: id = gsync::algo::choose_reduce_scatter(bytes, n, seg, s.algo_reduce_scatter).id; break;
       case coll::allgather: id = gsync::algo::choose_allgather(bytes, n, seg, s.algo_allgather).id; break;

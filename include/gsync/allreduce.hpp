@@ -59,10 +59,10 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
     const bool logging = comm.log().enabled(log_level::info);
     if (!logging)  // the same sizes come back every step: reuse the choice (core/choice_memo.hpp)
       if (const auto code = comm.allreduce_choices().find(bytes, comm.segment_bytes()))
-        return algo::visit(static_cast<algo::allreduce_id>(*code), [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
-    const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
+        return algo::visit(algo::allreduce_id{*code}, [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
+    const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
                                              &comm.placement(), nullptr, comm.segment_bytes());
-    comm.allreduce_choices().put(bytes, comm.segment_bytes(), static_cast<std::uint8_t>(ch.id));
+    comm.allreduce_choices().put(bytes, comm.segment_bytes(), ch.id.index);
     if (logging) {
       std::string shape = "allreduce(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + ", " +
                           std::string(op_name<Op>()) + ")";

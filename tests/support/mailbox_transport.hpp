@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -67,6 +68,7 @@ class mailbox_transport {
 
   void post_send(int peer, gsync::message_id id, const std::byte* src, std::size_t n) {
     check_peer(peer);
+    posted_ += n;
     mailbox_world::message msg{id, std::vector<std::byte>(src, src + n)};
     {
       std::lock_guard lk(w_->m);
@@ -89,6 +91,9 @@ class mailbox_transport {
   }
 
   void flush_sends(gsync::deadline) {}  // a send owns its copy at once
+
+  /// Payload bytes handed to post_send so far (gsync::counting_transport).
+  std::uint64_t payload_bytes_posted() const noexcept { return posted_; }
 
  private:
   void check_peer(int peer) const {
@@ -114,9 +119,23 @@ class mailbox_transport {
   std::shared_ptr<mailbox_world> w_;
   int rank_;
   gsync::topology topo_;
+  std::uint64_t posted_ = 0;
 };
 
+}  // namespace gsync_test
+
+// Registering the transport's costs: the automatic choice of algorithms prices schedules with
+// what a transport declares (gsync::link_costs); messages between threads through a locked
+// queue cost about what shared memory does.
+template <>
+struct gsync::transport_traits<gsync_test::mailbox_transport> : gsync::transport_traits<void> {
+  static constexpr gsync::link_costs local_costs{"mailbox", gsync::cost_model::shared_memory(), /*shared_memory=*/false};
+};
+
+namespace gsync_test {
+
 static_assert(gsync::transport_policy<mailbox_transport>);
+static_assert(gsync::counting_transport<mailbox_transport>);
 
 using mailbox_communicator = gsync::communicator<mailbox_transport>;
 

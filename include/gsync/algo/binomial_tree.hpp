@@ -28,6 +28,7 @@ namespace gsync::algo {
 /// Binomial-tree algorithm policy (latency-optimal broadcast and reduce).
 struct binomial_tree {
   static constexpr std::string_view name = "binomial_tree";
+  static constexpr std::string_view aliases = "tree";  ///< other names GSYNC_ALGO* accept
 
   /// Broadcast of `p.count()` elements (the output buffer) from `root`. \tparam P a primitives type.
   template <class P>

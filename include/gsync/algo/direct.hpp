@@ -25,12 +25,34 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 
 namespace gsync::algo {
 
 /// Direct (all-to-all exchange, local fold in rank order) algorithm policy.
 struct direct {
   static constexpr std::string_view name = "direct";
+
+  /// Allreduce model (algo/registry.hpp): q = ceil(s/scr) pieces, each N-1 messages out and in:
+  ///   q (N-1) alpha + (N-1) s beta + (N-1) s gamma
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    return message_pieces(w.s, m.scratch_bytes) * (w.N - 1) * m.alpha_us + (w.N - 1) * w.s * m.beta_us_per_byte +
+           (w.N - 1) * w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all: N(N-1) q.
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model& m) noexcept {
+    return w.N * (w.N - 1) * message_pieces(w.s, m.scratch_bytes);
+  }
+  /// Bytes one rank sends: (N-1) s.
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept { return (w.N - 1) * w.s; }
+  /// Across hosts: q (N-1) alpha' + all_to_all_load s beta.
+  static double allreduce_placed_us(const world_shape& w, const placed_costs& c) noexcept {
+    const double q = message_pieces(w.s, c.inter.scratch_bytes);
+    return q * (w.N - 1) * c.mixed.alpha_us + static_cast<double>(c.t.all_to_all_load()) * w.s * c.inter.beta_us_per_byte +
+           (w.N - 1) * w.s * c.inter.gamma_us_per_byte;
+  }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "one round: every rank sends its buffer to every other";
 
   /// Runs the schedule over primitives `p`. \tparam P a primitives type.
   template <class P>

@@ -31,12 +31,51 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 
 namespace gsync::algo {
 
 /// Halving-doubling (Rabenseifner) algorithm policy: log-latency and bandwidth-optimal in the core.
 struct halving_doubling {
   static constexpr std::string_view name = "halving_doubling";
+  static constexpr std::string_view aliases = "hd rabenseifner";  ///< other names GSYNC_ALGO* accept
+
+  /// Allreduce model (algo/registry.hpp): 2L + 2f messages; the core moves 2(P-1)/P of the buffer,
+  /// the fold 2 whole buffers: (2L+2f) alpha + step_penalty (2(P-1)/P + 2f) s beta + ((P-1)/P + f) s gamma.
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    return (2 * w.L + 2 * w.f) * m.alpha_us + step_penalty * (2 * (w.P - 1) / w.P + 2 * w.f) * w.s * m.beta_us_per_byte +
+           ((w.P - 1) / w.P + w.f) * w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all: 2 P L + 2(N-P).
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model&) noexcept {
+    return 2 * w.P * w.L + 2 * (w.N - w.P);
+  }
+  /// Bytes one rank sends, averaged: (2(P-1) s + 2(N-P) s) / N.
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept {
+    return (2 * (w.P - 1) * w.s + 2 * (w.N - w.P) * w.s) / w.N;
+  }
+  /// Across hosts: per core step of distance d, two hops (halving and doubling) of the share
+  /// s/2^(i+1) exchanged there, priced by d's load, bytes x the placement's penalty; the fold as
+  /// recursive doubling's.
+  static double allreduce_placed_us(const world_shape& w, const placed_costs& c) noexcept {
+    const int steps = static_cast<int>(w.L);
+    double t = 0, share = w.s;
+    for (int i = 0; i < steps; ++i) {
+      share /= 2;  // exchanged at the step of distance P / 2^(i+1)
+      t += 2 * c.hop(c.t.xor_load(steps - 1 - i), share, 1.0, c.hd_pen);
+    }
+    if (w.f != 0) t += 2 * c.hop(c.t.fold_load(), w.s, 1.0, c.hd_pen);
+    return t + ((w.P - 1) / w.P + w.f) * w.s * c.inter.gamma_us_per_byte;
+  }
+  /// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
+  /// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
+  /// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/); over
+  /// 1 Gbit/s links from 4 MiB, 1.04-1.22x at 4 and 8 fake hosts, while up to 2 MiB the two took the
+  /// same time there (benchmarks/results/cluster/A_mid_sizes.md; select.hpp `shared_hd_even_bytes`).
+  /// This factor on the bandwidth term stands for that lost overlap.
+  static constexpr double step_penalty = 1.1;
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "log2(N) latencies and 2(P-1)/P of the buffer";
 
   /// Runs the schedule over primitives `p`. \tparam P a primitives type.
   template <class P>

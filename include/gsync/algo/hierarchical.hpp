@@ -50,12 +50,14 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "gsync/algo/ring.hpp"
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 #include "gsync/core/group_primitives.hpp"
 #include "gsync/core/topology.hpp"
 
@@ -79,6 +81,50 @@ concept phased_schedule = requires(G& g, const G& cg) {
 template <class Intra = ring, class Inter = ring>
 struct hierarchical {
   static constexpr std::string_view name = "hierarchical";
+  static constexpr std::string_view aliases = "hier";  ///< other names GSYNC_ALGO* accept
+
+  /// Model (algo/registry.hpp) of the default form, ring inside and across hosts; other pairs are
+  /// only run when forced. On one host it is the ring.
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept { return ring::allreduce_us(w, m); }
+  /// Messages in all, as the ring's on one host.
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model& m) noexcept {
+    return ring::allreduce_messages(w, m);
+  }
+  /// Bytes one rank sends, averaged: 2(N-1)/N s as the ring (2(L-1)/L s inside its host, 2(H-1)/H
+  /// s/L across).
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept { return ring::allreduce_bytes_sent(w); }
+  /// Not one of the flat schedules: the automatic choice considers it only through
+  /// `allreduce_hosts_us`, when the ranks span several hosts.
+  static constexpr bool across_hosts_only = true;
+  /// Estimated time on `hosts` hosts of `local` ranks each: the ring reduce-scatter and allgather
+  /// inside a host (model `intra`, s bytes over L ranks), plus the ring allreduce of s/L bytes
+  /// across the H hosts (model `inter`), where the L cross-host allreduces of a host run at once
+  /// and share its link: together they put 2(H-1)/H s bytes on it, against the flat ring's
+  /// 2(N-1)/N s. The schedule runs in J slices (`slices`, one per L segments of the model's size,
+  /// at most 16) that flow through the levels as a pipeline: with a and b the times of one slice
+  /// inside and across hosts, it takes a + b to fill and drain and (J-1) max(a, b) in between;
+  /// each slice pays the per-message costs again.
+  static constexpr double allreduce_hosts_us(std::size_t bytes, int hosts, int local, const cost_model& intra,
+                                             const cost_model& inter) noexcept {
+    const double H = hosts, L = local;
+    const std::size_t J = slices(bytes, local, intra.segment_bytes);
+    const double s = static_cast<double>(bytes) / static_cast<double>(J);  // one slice
+    const double a = ring::allreduce_us(world_shape(static_cast<std::size_t>(s), local), intra);
+    const double b = ring::allreduce_us(world_shape(static_cast<std::size_t>(s / L), hosts), inter) +
+                     (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
+    return a + b + static_cast<double>(J - 1) * std::max(a, b);
+  }
+  /// `allreduce_hosts_us` on placement `t`; nullopt where the sliced form does not apply (hosts of
+  /// different sizes, one rank per host, one host).
+  static std::optional<double> allreduce_hosts_us(std::size_t bytes, const topology& t, const cost_model& intra,
+                                                  const cost_model& inter) noexcept {
+    if (t.hosts() <= 1 || !t.uniform() || t.ranks_per_host() <= 1) return std::nullopt;
+    return allreduce_hosts_us(bytes, t.hosts(), t.ranks_per_host(), intra, inter);
+  }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why =
+      "ranks span several hosts: reduce inside each host over its fast links, across hosts only 1/L of the buffer per rank, "
+      "2(H-1)/H of it per host link";
 
   /// Runs the schedule over primitives `p`, whose transport knows the placement (`p.topo()`).
   /// \tparam P a primitives type.

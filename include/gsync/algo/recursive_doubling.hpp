@@ -17,12 +17,41 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 
 namespace gsync::algo {
 
 /// Recursive-doubling algorithm policy (latency-optimal).
 struct recursive_doubling {
   static constexpr std::string_view name = "recursive_doubling";
+  static constexpr std::string_view aliases = "rd";  ///< other names GSYNC_ALGO* accept
+
+  /// Allreduce model (algo/registry.hpp): L + 2f whole-buffer exchanges (the fold adds two hops),
+  /// in q = ceil(s/scr) scratch-sized pieces: q (L+2f) alpha + (L+2f) s beta + (L+f) s gamma.
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    return message_pieces(w.s, m.scratch_bytes) * (w.L + 2 * w.f) * m.alpha_us + (w.L + 2 * w.f) * w.s * m.beta_us_per_byte +
+           (w.L + w.f) * w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all: (P L + 2(N-P)) q.
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model& m) noexcept {
+    return (w.P * w.L + 2 * (w.N - w.P)) * message_pieces(w.s, m.scratch_bytes);
+  }
+  /// Bytes one rank sends, averaged: (P L s + 2(N-P) s) / N.
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept {
+    return (w.P * w.L * w.s + 2 * (w.N - w.P) * w.s) / w.N;
+  }
+  /// Across hosts: per step k (partner r XOR 2^k) one whole-buffer hop priced by its load, q times
+  /// alpha; the fold's two hops by fold_load.
+  static double allreduce_placed_us(const world_shape& w, const placed_costs& c) noexcept {
+    const double q = message_pieces(w.s, c.inter.scratch_bytes);
+    const int steps = static_cast<int>(w.L);
+    double t = 0;
+    for (int k = 0; k < steps; ++k) t += c.hop(c.t.xor_load(k), w.s, q, 1.0);
+    if (w.f != 0) t += 2 * c.hop(c.t.fold_load(), w.s, q, 1.0);
+    return t + (w.L + w.f) * w.s * c.inter.gamma_us_per_byte;
+  }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "latency-bound: log2(N) whole-buffer exchanges";
 
   /// Runs the schedule over primitives `p`. \tparam P a primitives type.
   template <class P>

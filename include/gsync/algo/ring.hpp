@@ -24,12 +24,39 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 
 namespace gsync::algo {
 
 /// Ring algorithm policy (bandwidth-optimal, pipelined).
 struct ring {
   static constexpr std::string_view name = "ring";
+
+  /// Allreduce model (algo/registry.hpp): 2(N-1) steps, each chunk (s/N) in Sr = ceil(s/N/seg)
+  /// segments, pipelined (a segment leaves as soon as it has arrived, so the latencies of a
+  /// pipeline of depth 2(N-1) over Sr segments add up to 2(N-1) + Sr - 1):
+  ///   (2(N-1) + Sr - 1) alpha + 2(N-1)/N s beta + (N-1)/N s gamma
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    const double Sr = message_pieces(w.s / w.N, m.segment_bytes);
+    return (2 * (w.N - 1) + Sr - 1) * m.alpha_us + 2 * (w.N - 1) / w.N * w.s * m.beta_us_per_byte +
+           (w.N - 1) / w.N * w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all, over every rank: 2(N-1) N Sr.
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model& m) noexcept {
+    return 2 * (w.N - 1) * w.N * message_pieces(w.s / w.N, m.segment_bytes);
+  }
+  /// Bytes one rank sends: 2(N-1)/N s.
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept { return 2 * (w.N - 1) / w.N * w.s; }
+  /// Across hosts the crossing hops set the pace: (2(N-1) + Sr - 1) alpha' + 2(N-1)/N s beta x
+  /// ring_load, alpha' being the slower hop's (placed_costs::mixed).
+  static double allreduce_placed_us(const world_shape& w, const placed_costs& c) noexcept {
+    const double Sr = message_pieces(w.s / w.N, c.inter.segment_bytes);
+    return (2 * (w.N - 1) + Sr - 1) * c.mixed.alpha_us +
+           2 * (w.N - 1) / w.N * w.s * c.inter.beta_us_per_byte * std::max(1, c.t.ring_load()) +
+           (w.N - 1) / w.N * w.s * c.inter.gamma_us_per_byte;
+  }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "bandwidth-bound: the pipelined ring moves 2(N-1)/N of the buffer";
 
   /// Runs the ring allreduce schedule over primitives `p` (see core/primitives.hpp).
   /// \tparam P a primitives type.

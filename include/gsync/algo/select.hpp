@@ -1,156 +1,96 @@
 #pragma once
 /// \file
-/// Dispatch: the one place where runtime facts (bytes, world size, transport, GSYNC_ALGO, a
-/// template hint) become an algorithm type.
+/// Dispatch: the one place where runtime facts (bytes, world size, the links' costs, GSYNC_ALGO, a
+/// template hint) become an allreduce algorithm type.
 ///
 /// `algo::automatic` is the default of every collective. For allreduce it estimates the time of
-/// each of the six flat schedules (and, across hosts, the hierarchical one) with one
-/// alpha-beta-gamma cost model (`estimate_us`: alpha per message on the critical path, beta per
-/// byte sent, gamma per byte reduced; constants in `cost_model`, measured on this project's
-/// machine, see benchmarks/results/algorithms/, or measured at start-up across hosts; where the
-/// ranks share cores, every message costs what the probe measured, see `estimate_placed_us`) and
-/// picks the cheapest. The choice and its reason (the two best estimates) are logged once per
+/// every registered schedule (algo/registry.hpp; across hosts also those that only exist there,
+/// hierarchical) with the alpha-beta-gamma model (`estimate_us`: alpha per message on the
+/// critical path, beta per byte sent, gamma per byte reduced) and picks the cheapest. Each
+/// algorithm's file holds its formulas; the constants come from the links: the model the
+/// transport's link types declare for ranks of one host (`link_costs`, core/cost_model.hpp),
+/// and across hosts the links measured at start-up (core/links.hpp); where the ranks share
+/// cores, every message costs what the probe measured (`estimate_placed_us`). Nothing here reads
+/// a transport's name. The choice and its reason (the two best estimates) are logged once per
 /// collective shape at GSYNC_DEBUG=INFO.
 
 #include <algorithm>
-#include <bit>
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include "gsync/algo/direct.hpp"
-#include "gsync/algo/halving_doubling.hpp"
-#include "gsync/algo/hierarchical.hpp"
-#include "gsync/algo/recursive_doubling.hpp"
-#include "gsync/algo/ring.hpp"
-#include "gsync/algo/star.hpp"
-#include "gsync/algo/tree.hpp"
+#include "gsync/algo/registry.hpp"
 #include "gsync/core/config.hpp"
+#include "gsync/core/cost_model.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/topology.hpp"
 
 namespace gsync::algo {
+
+using gsync::cost_model;
+using gsync::link_costs;
 
 /// Policy tag: let gsync choose (GSYNC_ALGO overrides).
 struct automatic {
   static constexpr std::string_view name = "auto";
 };
 
-/// Runtime identity of an allreduce algorithm.
-enum class allreduce_id { ring, recursive_doubling, halving_doubling, tree, direct, hierarchical, star };
+namespace detail {
+template <class... A>
+constexpr auto flat_ids(registry<A...>*) noexcept {
+  constexpr std::size_t n = ((requires { A::across_hosts_only; } ? 0 : 1) + ...);
+  std::array<allreduce_id, n> ids{};
+  std::size_t k = 0;
+  allreduce_registry::for_each([&](auto a, allreduce_id id) {
+    if constexpr (!requires { decltype(a)::across_hosts_only; }) ids[k++] = id;
+  });
+  return ids;
+}
+}  // namespace detail
 
-/// The hierarchical policy the dispatcher runs: ring inside hosts, ring across hosts.
-using hierarchical_default = hierarchical<ring, ring>;
+/// Every flat allreduce algorithm (those not `across_hosts_only`), in the registry's order.
+inline constexpr auto all_allreduce_ids = detail::flat_ids(static_cast<allreduce_registry*>(nullptr));
 
-/// Every flat allreduce algorithm, in the order the cost model lists them (hierarchical is
-/// considered separately, when the ranks span several hosts).
-inline constexpr allreduce_id all_allreduce_ids[] = {allreduce_id::ring, allreduce_id::recursive_doubling,
-                                                     allreduce_id::halving_doubling, allreduce_id::tree,
-                                                     allreduce_id::direct, allreduce_id::star};
-
-/// Names accepted by GSYNC_ALGO and gsync-perf's -a for allreduce.
-inline constexpr std::string_view allreduce_names = "auto, ring, recursive_doubling, halving_doubling, tree, direct, star, hierarchical";
-
-/// The name of an allreduce algorithm.
-constexpr std::string_view name(allreduce_id id) {
-  switch (id) {
-    case allreduce_id::ring: return ring::name;
-    case allreduce_id::recursive_doubling: return recursive_doubling::name;
-    case allreduce_id::halving_doubling: return halving_doubling::name;
-    case allreduce_id::tree: return tree::name;
-    case allreduce_id::direct: return direct::name;
-    case allreduce_id::star: return star::name;
-    case allreduce_id::hierarchical: return hierarchical_default::name;
-  }
-  return "?";
+/// Names accepted by GSYNC_ALGO and gsync-perf's -a for allreduce: "auto" and the registry's.
+inline std::string allreduce_names() {
+  std::string r = "auto";
+  allreduce_registry::for_each([&](auto a, allreduce_id) { (r += ", ") += decltype(a)::name; });
+  return r;
 }
 
-/// Parses an algorithm name (nullopt for auto); throws invalid_argument listing the valid names.
-/// Short aliases: rd (recursive_doubling), hd and rabenseifner (halving_doubling).
+/// Parses an algorithm name or alias (nullopt for auto); throws invalid_argument listing the valid
+/// names. Aliases: rd (recursive_doubling), hd and rabenseifner (halving_doubling), hier.
 inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::string_view where) {
   if (s.empty() || s == "auto" || s == "automatic") return std::nullopt;
-  if (s == "ring") return allreduce_id::ring;
-  if (s == "recursive_doubling" || s == "rd") return allreduce_id::recursive_doubling;
-  if (s == "halving_doubling" || s == "hd" || s == "rabenseifner") return allreduce_id::halving_doubling;
-  if (s == "tree") return allreduce_id::tree;
-  if (s == "direct") return allreduce_id::direct;
-  if (s == "star") return allreduce_id::star;
-  if (s == "hierarchical" || s == "hier") return allreduce_id::hierarchical;
+  if (auto id = allreduce_registry::find(s)) return id;
   throw error(errc::invalid_argument, std::string(where) + ": unknown allreduce algorithm '" + std::string(s) +
-                                          "' (valid: " + std::string(allreduce_names) + ")");
+                                          "' (valid: " + allreduce_names() + ")");
 }
 
-/// Constants of the allreduce cost model, in microseconds.
-///
-/// `tcp_loopback` was fitted to gsync-perf runs of every algorithm at N = 2, 3, 4, 8 and 8 B ..
-/// 64 MiB over loopback TCP on a 2-core VM shared with other jobs (tables, commands and the fit
-/// script in benchmarks/results/algorithms/): alpha = median of time / alpha-coefficient over the
-/// points up to 2 KiB, beta and gamma = least squares on relative error over the points from
-/// 1 MiB. Caveats: N > 2 ranks share 2 cores, so every hop also pays context switches (alpha,
-/// 156 us, is an average over 2..8 ranks and far above a host with a core per rank, where one hop
-/// costs about 10 us); the machine was loaded, so single points were off by up to 10x (best of 5
-/// runs kept); and gamma could not be separated from beta (the fit gives 0: the reduction overlaps
-/// the kernel's copies). Another machine or network adjusts the numbers; `estimate_us` stays.
-struct cost_model {
-  double alpha_us;           ///< per message on the critical path (latency + per-message overhead)
-  double beta_us_per_byte;   ///< per byte sent by the busiest rank (inverse bandwidth)
-  double gamma_us_per_byte;  ///< per byte reduced by the busiest rank (inverse reduction speed)
-  std::size_t segment_bytes; ///< pipelining unit assumed for ring and tree (the default GSYNC_SEGMENT_BYTES)
-  std::size_t scratch_bytes; ///< scratch size assumed for recursive doubling and direct (communicator's)
-  /// Time per message when the ranks share cores (link_estimate::shared_msg_us; 0: they do not).
-  /// Then every message counts, not only those on the critical path: see `estimate_placed_us`.
-  double shared_msg_us = 0;
-
-  /// Fitted on loopback TCP, 2-core VM (see above).
-  static constexpr cost_model tcp_loopback() noexcept { return {156.0, 9.0e-5, 0.0, 512 << 10, 256 << 10}; }
-  /// Shared memory between ranks of one host. ASSUMED, not fitted yet: a hop costs about 10 us
-  /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
-  /// kernel). Only its ratio to `network` matters for the hierarchical choice.
-  static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
-  /// Shared memory on one machine that runs more ranks than it has cores: every hop waits for the
-  /// peer to be scheduled, and the ranks' copies and reductions take turns on the cores. Fitted
-  /// to gsync-perf on 4 ranks sharing 2 cores (2000 calls a size, forced algorithms, 2 runs that
-  /// differ up to 2x): an 8-byte recursive doubling (2 hops) takes 4.6 us, and per byte a step
-  /// costs about 2e-4 us (56 us for 256 KiB); halving-doubling overtakes recursive doubling
-  /// between 32 and 64 KiB (measured 15.4 / 15.5 us at 32 KiB, 28.6 / 22.4 at 64 KiB, 54.8 /
-  /// 34.9 at 128 KiB); with halving-doubling's step penalty this model puts the crossover at
-  /// about 66 KB (recursive doubling up to 64 KiB).
-  static constexpr cost_model shared_memory_cores_shared() noexcept { return {2.3, 2.0e-4, 0.0, 512 << 10, 256 << 10}; }
-  /// Shared memory inside the hosts of a job placed as `topo`: `shared_memory()`, with the cost
-  /// of a message timed at start-up where the probe measured it (core/links.hpp).
-  static cost_model shared_memory_of(const topology& topo) noexcept {
-    cost_model m = shared_memory();
-    if (const auto& l = topo.links(); l && l->intra_alpha_us > 0) m.alpha_us = l->intra_alpha_us;
-    return m;
-  }
-  /// TCP between hosts, from the cost of the links (core/links.hpp): measured by the TCP
-  /// transport at start-up, given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, or by default assumed
-  /// (a 10 Gbit/s link, 50 us per message).
-  static constexpr cost_model network(const link_estimate& l = {}) noexcept {
-    return {l.alpha_us, l.beta_us_per_byte, 0.0, 512 << 10, 256 << 10, l.shared_msg_us};
-  }
-  /// The model used for a transport named `transport` ("tcp", "shm", "inproc", ...) when every
-  /// rank is on one host. Only loopback TCP has been measured; the ranking of the flat schedules,
-  /// not the absolute time, is what matters.
-  static constexpr cost_model for_transport(std::string_view transport) noexcept {
-    return transport == "shm" ? shared_memory() : tcp_loopback();
-  }
-};
+/// The model of the links inside the hosts of a job placed as `topo`, whose ranks of one host
+/// talk over links costing `local`: that model, with the cost of a message timed at start-up where
+/// the probe measured it (core/links.hpp).
+inline cost_model intra_model(const link_costs& local, const topology& topo) noexcept {
+  cost_model m = local.model;
+  if (const auto& l = topo.links(); l && l->intra_alpha_us > 0) m.alpha_us = l->intra_alpha_us;
+  return m;
+}
 
 /// The network between hosts from the user's description: the assumed links of
 /// `link_estimate{}` with the link rate `gbps` (Gbit/s per direction; GSYNC_NET_GBPS) and the
 /// per-message cost `latency_us` (GSYNC_NET_LATENCY_US) where given. Throws invalid_argument on
 /// values that are not positive numbers.
 inline cost_model network_model(const std::optional<std::string>& gbps, const std::optional<std::string>& latency_us) {
-  return cost_model::network(detail::override_links({}, gbps, latency_us));
+  return cost_model::network(gsync::detail::override_links({}, gbps, latency_us));
 }
 
 /// `network_model` of GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US, read once per process: the links
 /// when the transport has not recorded them (`topology::links()`). Every rank must see the same
 /// values: ranks that choose different algorithms fail with errc::mismatch.
 inline cost_model network_from_env() {
-  static const cost_model m = cost_model::network(detail::override_links_from_env());
+  static const cost_model m = cost_model::network(gsync::detail::override_links_from_env());
   return m;
 }
 
@@ -161,101 +101,35 @@ inline cost_model network_of(const topology& topo) {
   return network_from_env();
 }
 
-/// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
-/// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
-/// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/); over
-/// 1 Gbit/s links from 4 MiB, 1.04-1.22x at 4 and 8 fake hosts, while up to 2 MiB the two took the
-/// same time there (benchmarks/results/cluster/A_mid_sizes.md; `shared_hd_even_bytes`). This
-/// factor on halving-doubling's bandwidth term stands for that lost overlap.
-inline constexpr double hd_step_penalty = 1.1;
+/// halving_doubling::step_penalty, by its older name.
+inline constexpr double hd_step_penalty = halving_doubling::step_penalty;
 
-namespace detail {
-/// How many pieces of `unit` bytes (0 counts as 1) `total` bytes take: at least 1.
-constexpr double pieces(double total, std::size_t unit) noexcept {
-  const double u = static_cast<double>(unit == 0 ? 1 : unit);
-  const double q = static_cast<double>(static_cast<std::size_t>((total + u - 1) / u));
-  return q < 1 ? 1.0 : q;
+/// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks on
+/// one host, with the links' model `m`: the algorithm's own `allreduce_us` (the formulas are in
+/// each algorithm's file: ring.hpp, recursive_doubling.hpp, ...), in terms of s = bytes, N =
+/// world, P = largest power of two <= N, L = log2 P, f = 1 when N != P, H = floor(log2 N)
+/// (`world_shape`), the segment size and the scratch size of the model. N = 1 costs nothing for
+/// every algorithm (a local copy).
+inline double estimate_us(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
+  if (world <= 1) return 0.0;
+  const world_shape w(bytes, world);
+  return visit(id, [&](auto a) { return decltype(a)::allreduce_us(w, m); });
 }
 
-/// The quantities of a world of N ranks the estimates share: s = bytes, N, P = largest power of
-/// two <= N, L = log2 P, f = 1 when N is not a power of two (else 0), H = floor(log2 N).
-struct world_shape {
-  double s, N, P, L, f, H;
-  constexpr world_shape(std::size_t bytes, int world) noexcept
-      : s(static_cast<double>(bytes)), N(world), P(static_cast<double>(std::bit_floor(static_cast<unsigned>(world)))),
-        L(std::bit_width(std::bit_floor(static_cast<unsigned>(world))) - 1),
-        f(std::has_single_bit(static_cast<unsigned>(world)) ? 0.0 : 1.0), H(std::bit_width(static_cast<unsigned>(world)) - 1) {}
-};
-}  // namespace detail
-
-/// Estimated time in microseconds of allreduce algorithm `id` on `bytes` over `world` ranks.
-///
-/// With s = bytes, N = world, P = largest power of two <= N, L = log2 P, f = 1 when N != P (else 0),
-/// H = floor(log2 N), seg = segment size and scr = scratch size of the model:
-/// - ring: 2(N-1) steps, each chunk (s/N) in Sr = ceil(s/N/seg) segments, pipelined (a segment
-///   leaves as soon as it has arrived, so the latencies of a pipeline of depth 2(N-1) over Sr
-///   segments add up to 2(N-1) + Sr - 1):
-///     (2(N-1) + Sr - 1) alpha + 2(N-1)/N s beta + (N-1)/N s gamma
-/// - recursive_doubling: L + 2f whole-buffer exchanges (the fold adds two hops), in q = ceil(s/scr)
-///   scratch-sized pieces: q (L+2f) alpha + (L+2f) s beta + (L+f) s gamma
-/// - halving_doubling: 2L + 2f messages; the core moves 2(P-1)/P of the buffer, the fold 2 whole
-///   buffers: (2L+2f) alpha + hd_step_penalty (2(P-1)/P + 2f) s beta + ((P-1)/P + f) s gamma
-/// - tree: 2H + St - 1 rounds (St = ceil(s/2/seg) segments per half), each costing about two
-///   messages at the busiest rank (interior in one tree: two children, leaf in the other); the
-///   busiest rank sends 3 halves up and down its interior tree and 1 in its leaf tree, plus the
-///   pipeline fill of 2H segments: 2(2H+St-1) alpha + (2s + 2H s/(2St)) beta + s gamma
-/// - direct: q = ceil(s/scr) pieces, each N-1 messages out and in:
-///     q (N-1) alpha + (N-1) s beta + (N-1) s gamma
-/// - star: two latencies, plus rank 0's own work on the other 2(N-2) messages, one after another,
-///   each taken as half an alpha (alpha counts the work at both ends and the wire); rank 0's link
-///   carries (N-1) s in, then (N-1) s out: N alpha + 2(N-1) s beta + (N-1) s gamma
-/// N = 1 costs nothing for every algorithm (a local copy).
-constexpr double estimate_us(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
+/// Messages allreduce algorithm `id` sends in all, over every rank, on `bytes` over `world`
+/// ranks, with the pieces of model `m` (each algorithm's `allreduce_messages`).
+inline double total_messages(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
   if (world <= 1) return 0.0;
-  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
-  const double a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
-  switch (id) {
-    case allreduce_id::ring: {
-      const double Sr = detail::pieces(s / N, m.segment_bytes);
-      return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
-    }
-    case allreduce_id::recursive_doubling:
-      return detail::pieces(s, m.scratch_bytes) * (L + 2 * f) * a + (L + 2 * f) * s * b + (L + f) * s * g;
-    case allreduce_id::halving_doubling:  // bandwidth term x hd_step_penalty: see cost_model
-      return (2 * L + 2 * f) * a + hd_step_penalty * (2 * (P - 1) / P + 2 * f) * s * b + ((P - 1) / P + f) * s * g;
-    case allreduce_id::tree: {
-      const double St = detail::pieces(s / 2, m.segment_bytes);
-      return 2 * (2 * H + St - 1) * a + (2 * s + 2 * H * s / (2 * St)) * b + s * g;
-    }
-    case allreduce_id::direct:
-      return detail::pieces(s, m.scratch_bytes) * (N - 1) * a + (N - 1) * s * b + (N - 1) * s * g;
-    case allreduce_id::star:
-      return N * a + 2 * (N - 1) * s * b + (N - 1) * s * g;
-    case allreduce_id::hierarchical: {  // without a placement: one host, the intra-host ring
-      const double Sr = detail::pieces(s / N, m.segment_bytes);
-      return (2 * (N - 1) + Sr - 1) * a + 2 * (N - 1) / N * s * b + (N - 1) / N * s * g;
-    }
-  }
-  return 0.0;
+  const world_shape w(bytes, world);
+  return visit(id, [&](auto a) { return decltype(a)::allreduce_messages(w, m); });
 }
 
-/// Messages flat allreduce algorithm `id` sends in all, over every rank, on `bytes` over `world`
-/// ranks, with the pieces of model `m` (N, P, L, Sr, St, q as in `estimate_us`): ring
-/// 2(N-1) N Sr; recursive doubling (P L + 2(N-P)) q; halving-doubling 2 P L + 2(N-P); tree
-/// 4(N-1) St (two trees, each segment up and down every edge); direct N(N-1) q; star 2(N-1).
-constexpr double total_messages(allreduce_id id, std::size_t bytes, int world, const cost_model& m) noexcept {
+/// Bytes one rank sends, averaged over the ranks, when allreduce algorithm `id` reduces `bytes`
+/// over `world` ranks (each algorithm's `allreduce_bytes_sent`; 0 for one rank).
+inline double bytes_sent(allreduce_id id, std::size_t bytes, int world) noexcept {
   if (world <= 1) return 0.0;
-  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
-  switch (id) {
-    case allreduce_id::ring: return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
-    case allreduce_id::recursive_doubling: return (P * L + 2 * (N - P)) * detail::pieces(s, m.scratch_bytes);
-    case allreduce_id::halving_doubling: return 2 * P * L + 2 * (N - P);
-    case allreduce_id::tree: return 4 * (N - 1) * detail::pieces(s / 2, m.segment_bytes);
-    case allreduce_id::direct: return N * (N - 1) * detail::pieces(s, m.scratch_bytes);
-    case allreduce_id::star: return 2 * (N - 1);
-    case allreduce_id::hierarchical: break;
-  }
-  return 2 * (N - 1) * N * detail::pieces(s / N, m.segment_bytes);
+  const world_shape w(bytes, world);
+  return visit(id, [&](auto a) { return decltype(a)::allreduce_bytes_sent(w); });
 }
 
 /// The part of the smaller of the two resources' times (cores, links) that does not overlap with
@@ -275,56 +149,24 @@ inline constexpr double shared_overlap_loss = 0.25;
 inline constexpr std::size_t shared_hd_even_bytes = std::size_t{2} << 20;
 
 namespace detail {
-/// estimate_placed_us without shared cores (the sums described there), with `hd_pen` on
+/// estimate_placed_us without shared cores: each algorithm's `allreduce_placed_us`, or its one-host
+/// formula priced with the slower hop (`placed_costs::mixed`) where it has none; `hd_pen` on
 /// halving-doubling's bytes.
 inline double placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra, const cost_model& inter,
                         double hd_pen) noexcept {
   const int world = t.world();
   if (world <= 1) return 0.0;
-  const auto [s, N, P, L, f, H] = detail::world_shape(bytes, world);
-  const int steps = static_cast<int>(L);
-  const bool fold = f != 0;
-  const double g = inter.gamma_us_per_byte;
   // A pipelined step (ring, tree) or a round of messages (direct) that mixes hops inside and
   // across hosts waits for the slower kind of hop.
   cost_model mixed = inter;
   if (t.ranks_per_host() > 1) mixed.alpha_us = std::max(inter.alpha_us, intra.alpha_us);
-  // One hop of `b` bytes with `load` senders of a host crossing at once (0: inside the hosts);
-  // `q` messages, bandwidth term times `pen`.
-  const auto hop = [&](int load, double b, double q, double pen) {
-    return load > 0 ? q * inter.alpha_us + pen * load * b * inter.beta_us_per_byte : q * intra.alpha_us + pen * b * intra.beta_us_per_byte;
-  };
-  switch (id) {
-    case allreduce_id::ring: {
-      const double Sr = detail::pieces(s / N, inter.segment_bytes);
-      return (2 * (N - 1) + Sr - 1) * mixed.alpha_us + 2 * (N - 1) / N * s * inter.beta_us_per_byte * std::max(1, t.ring_load()) +
-             (N - 1) / N * s * g;
-    }
-    case allreduce_id::recursive_doubling: {
-      const double q = detail::pieces(s, inter.scratch_bytes);
-      double c = 0;
-      for (int k = 0; k < steps; ++k) c += hop(t.xor_load(k), s, q, 1.0);
-      if (fold) c += 2 * hop(t.fold_load(), s, q, 1.0);
-      return c + (steps + (fold ? 1 : 0)) * s * g;
-    }
-    case allreduce_id::halving_doubling: {
-      double c = 0, share = s;
-      for (int i = 0; i < steps; ++i) {
-        share /= 2;  // exchanged at the step of distance P / 2^(i+1)
-        c += 2 * hop(t.xor_load(steps - 1 - i), share, 1.0, hd_pen);
-      }
-      if (fold) c += 2 * hop(t.fold_load(), s, 1.0, hd_pen);
-      return c + ((P - 1) / P + (fold ? 1 : 0)) * s * g;
-    }
-    case allreduce_id::direct: {
-      const double q = detail::pieces(s, inter.scratch_bytes);
-      return q * (N - 1) * mixed.alpha_us + static_cast<double>(t.all_to_all_load()) * s * inter.beta_us_per_byte + (N - 1) * s * g;
-    }
-    case allreduce_id::star:
-    case allreduce_id::tree:
-    case allreduce_id::hierarchical: break;
-  }
-  return estimate_us(id, bytes, world, mixed);
+  const placed_costs c{t, intra, inter, mixed, hd_pen};
+  const world_shape w(bytes, world);
+  return visit(id, [&](auto a) {
+    using A = decltype(a);
+    if constexpr (requires { A::allreduce_placed_us(w, c); }) return A::allreduce_placed_us(w, c);
+    else return A::allreduce_us(w, mixed);
+  });
 }
 }  // namespace detail
 
@@ -376,30 +218,18 @@ inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topol
   i0.shared_msg_us = n0.shared_msg_us = 0;
   // Halving-doubling's lost overlap (hd_step_penalty) counts where the ring pipelines (a chunk of
   // more than one segment) or the buffer is larger than shared_hd_even_bytes.
-  const bool pipelined = detail::pieces(static_cast<double>(bytes) / t.world(), inter.segment_bytes) > 1;
+  const bool pipelined = message_pieces(static_cast<double>(bytes) / t.world(), inter.segment_bytes) > 1;
   const double pen = pipelined || bytes > shared_hd_even_bytes ? hd_step_penalty : 1.0;
   const double w = detail::placed_us(id, bytes, t, i0, n0, pen);
   const double c = total_messages(id, bytes, t.world(), inter) * inter.shared_msg_us;
   return std::max(w, c) + shared_overlap_loss * std::min(w, c);
 }
 
-/// Estimated time of the hierarchical schedule on `hosts` hosts of `local` ranks each: the ring
-/// reduce-scatter and allgather inside a host (model `intra`, s bytes over L ranks), plus the ring
-/// allreduce of s/L bytes across the H hosts (model `inter`), where the L cross-host allreduces of
-/// a host run at once and share its link: together they put 2(H-1)/H s bytes on it, against the
-/// flat ring's 2(N-1)/N s. The schedule runs in J slices (`hierarchical::slices`, one per L
-/// segments of the model's size, at most 16) that flow through the levels as a pipeline: with
-/// a and b the times of one slice inside and across hosts, it takes a + b to fill and drain
-/// and (J-1) max(a, b) in between; each slice pays the per-message costs again.
+/// Estimated time of the hierarchical schedule on `hosts` hosts of `local` ranks each
+/// (hierarchical::allreduce_hosts_us).
 constexpr double estimate_hierarchical_us(std::size_t bytes, int hosts, int local, const cost_model& intra,
                                           const cost_model& inter) noexcept {
-  const double H = hosts, L = local;
-  const std::size_t J = hierarchical_default::slices(bytes, local, intra.segment_bytes);
-  const double s = static_cast<double>(bytes) / static_cast<double>(J);  // one slice
-  const double a = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s), local, intra);
-  const double b = estimate_us(allreduce_id::ring, static_cast<std::size_t>(s / L), hosts, inter) +
-                   (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
-  return a + b + static_cast<double>(J - 1) * std::max(a, b);
+  return hierarchical_default::allreduce_hosts_us(bytes, hosts, local, intra, inter);
 }
 
 /// A decision, with what it was made from. The choice runs on every collective, so the
@@ -408,12 +238,13 @@ struct choice {
   allreduce_id id;                ///< the algorithm chosen
   std::size_t bytes;              ///< message size
   int world;                      ///< ranks
-  std::string_view transport;     ///< transport name
+  std::string_view transport;     ///< the links' name (`link_costs::name`), for the reason only
   std::string_view forced;        ///< GSYNC_ALGO value, empty when automatic
   double cost_us = 0;             ///< estimated time of `id` (automatic choice only)
-  allreduce_id runner_up = allreduce_id::ring;  ///< the second cheapest (automatic choice only)
+  allreduce_id runner_up = allreduce_id_of<ring>;  ///< the second cheapest (automatic choice only)
   double runner_up_us = 0;        ///< its estimated time
   std::string_view measured{};    ///< non-empty: taken from a measured table (`cores_shared_table`), this says which row
+  bool model_declared = true;     ///< false: the transport declared no cost model (`link_costs::declared`)
 
   /// Why `id` was chosen, in words.
   std::string reason() const {
@@ -428,18 +259,9 @@ struct choice {
       return r + "measured table for ranks sharing cores (" + std::string(measured) + "; the model's choice " +
              std::string(name(runner_up)) + ", estimated " + us(runner_up_us) + ")";
     r += "cheapest by the alpha-beta-gamma model, estimated " + us(cost_us) + " against " + us(runner_up_us) + " for " +
-         std::string(name(runner_up));
-    switch (id) {
-      case allreduce_id::ring: return r + " (bandwidth-bound: the pipelined ring moves 2(N-1)/N of the buffer)";
-      case allreduce_id::recursive_doubling: return r + " (latency-bound: log2(N) whole-buffer exchanges)";
-      case allreduce_id::halving_doubling: return r + " (log2(N) latencies and 2(P-1)/P of the buffer)";
-      case allreduce_id::tree: return r + " (pipelined double binary tree: log2(N) depth, about 2x the buffer per rank)";
-      case allreduce_id::direct: return r + " (one round: every rank sends its buffer to every other)";
-      case allreduce_id::star: return r + " (the fewest messages: every rank's buffer to rank 0 and the result back)";
-      case allreduce_id::hierarchical:
-        return r + " (ranks span several hosts: reduce inside each host over shared memory, across hosts only 1/L of the"
-                   " buffer per rank, 2(H-1)/H of it per host link)";
-    }
+         std::string(name(runner_up)) + " (" +
+         std::string(visit(id, [](auto a) { return std::string_view(decltype(a)::allreduce_why); })) + ")";
+    if (!model_declared) r += "; the transport declares no cost model, loopback TCP's was assumed";
     return r;
   }
 };
@@ -467,75 +289,64 @@ struct choice {
 inline std::optional<allreduce_id> cores_shared_table(std::size_t bytes, int world, std::string_view* row = nullptr) noexcept {
   std::string_view why;
   std::optional<allreduce_id> id;
-  if (world >= 4 && world <= 8 && bytes <= 1024) id = allreduce_id::direct, why = "4..8 ranks, up to 1 KiB: direct";
-  else if (world >= 6 && world <= 8 && bytes <= (std::size_t{512} << 10)) id = allreduce_id::star, why = "6..8 ranks, 1-512 KiB: star";
+  if (world >= 4 && world <= 8 && bytes <= 1024) id = allreduce_id_of<direct>, why = "4..8 ranks, up to 1 KiB: direct";
+  else if (world >= 6 && world <= 8 && bytes <= (std::size_t{512} << 10)) id = allreduce_id_of<star>, why = "6..8 ranks, 1-512 KiB: star";
   if (row) *row = why;
   return id;
 }
 
-/// Chooses the allreduce algorithm for `bytes` over `world` ranks of transport `transport_name`,
-/// honouring `forced` (from GSYNC_ALGO): the cheapest by `estimate_us` with the transport's
-/// `cost_model`. Allocation-free (six closed-form estimates, seven across hosts). On one machine
-/// whose ranks outnumber its cores, over shared memory, `cores_shared_table` overrides the model
-/// where it has a measured row.
+/// Chooses the allreduce algorithm for `bytes` over `world` ranks whose links inside a host cost
+/// `local` (the transport's, `local_costs_of`), honouring `forced` (from GSYNC_ALGO): the
+/// cheapest registered algorithm (algo/registry.hpp) by its estimate with `local.model`.
+/// Allocation-free (one closed-form estimate per algorithm). On one machine whose ranks outnumber
+/// its cores, over links that share memory, the model is `shared_memory_cores_shared` and
+/// `cores_shared_table` overrides it where it has a measured row.
 /// With `topo` spanning several hosts, the flat schedules are costed on that placement
 /// (`estimate_placed_us`: the network model, `net` else `network_of(*topo)`, for steps that cross
-/// hosts, with the link shared by the host's crossing ranks; shared memory for the others) and,
-/// when every host runs the same number of ranks (more than one), compared with the hierarchical
-/// one. `segment_bytes` (the communicator's, when given)
-/// replaces the models' pipelining unit, which sets the ring's segments and the hierarchical
-/// schedule's slice count as the schedules will run them.
-inline choice choose_allreduce(std::size_t bytes, int world, std::string_view transport_name, std::string_view forced,
+/// hosts, with the link shared by the host's crossing ranks; `intra_model(local, *topo)` for the
+/// others) and the schedules that only exist across hosts (hierarchical, when every host runs the
+/// same number of ranks, more than one) are compared with them. `segment_bytes` (the
+/// communicator's, when given) replaces the models' pipelining unit, which sets the ring's
+/// segments and the hierarchical schedule's slice count as the schedules will run them.
+inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& local, std::string_view forced,
                                const topology* topo = nullptr, const cost_model* net = nullptr, std::size_t segment_bytes = 0) {
-  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return {*f, bytes, world, transport_name, forced};
+  choice c{allreduce_id_of<ring>, bytes, world, local.name, forced};
+  c.model_declared = local.declared;
+  if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return c.id = *f, c;
   const bool multi_host = topo && topo->world() == world && topo->hosts() > 1;
   cost_model network = multi_host ? (net ? *net : network_of(*topo)) : cost_model::network();
-  cost_model m = multi_host ? network : cost_model::for_transport(transport_name);
-  const bool cores_shared_shm = !multi_host && transport_name == "shm" && topo && topo->cores_shared();
-  if (cores_shared_shm) m = cost_model::shared_memory_cores_shared();
-  cost_model intra = multi_host ? cost_model::shared_memory_of(*topo) : cost_model::shared_memory();
+  cost_model m = multi_host ? network : local.model;
+  const bool cores_shared = !multi_host && local.shared_memory && topo && topo->cores_shared();
+  if (cores_shared) m = cost_model::shared_memory_cores_shared();
+  cost_model intra = multi_host ? intra_model(local, *topo) : local.model;
   if (segment_bytes != 0) network.segment_bytes = m.segment_bytes = intra.segment_bytes = segment_bytes;
-  allreduce_id best = allreduce_id::ring, second = allreduce_id::ring;
-  double best_us = 0, second_us = 0;
   bool have_best = false, have_second = false;
-  for (allreduce_id id : all_allreduce_ids) {  // ties keep the earlier entry of the list
-    const double t = multi_host ? estimate_placed_us(id, bytes, *topo, intra, network) : estimate_us(id, bytes, world, m);
-    if (!have_best || t < best_us) {
-      if (have_best) second = best, second_us = best_us, have_second = true;
-      best = id, best_us = t, have_best = true;
-    } else if (!have_second || t < second_us) {
-      second = id, second_us = t, have_second = true;
+  allreduce_registry::for_each([&](auto a, allreduce_id id) {  // ties keep the earlier entry of the list
+    using A = decltype(a);
+    double t = 0;
+    if constexpr (requires { A::across_hosts_only; }) {
+      if (!multi_host) return;
+      const auto h = A::allreduce_hosts_us(bytes, *topo, intra, network);
+      if (!h) return;
+      t = *h;
+    } else {
+      t = multi_host ? estimate_placed_us(id, bytes, *topo, intra, network) : estimate_us(id, bytes, world, m);
     }
-  }
-  if (cores_shared_shm) {
+    if (!have_best || t < c.cost_us) {
+      if (have_best) c.runner_up = c.id, c.runner_up_us = c.cost_us, have_second = true;
+      c.id = id, c.cost_us = t, have_best = true;
+    } else if (!have_second || t < c.runner_up_us) {
+      c.runner_up = id, c.runner_up_us = t, have_second = true;
+    }
+  });
+  if (cores_shared) {
     std::string_view row;
-    if (auto t = cores_shared_table(bytes, world, &row); t && *t != best) {
-      choice c{*t, bytes, world, transport_name, forced, estimate_us(*t, bytes, world, m), best, best_us};
-      c.measured = row;
-      return c;
+    if (auto t = cores_shared_table(bytes, world, &row); t && *t != c.id) {
+      c.runner_up = c.id, c.runner_up_us = c.cost_us;
+      c.id = *t, c.cost_us = estimate_us(*t, bytes, world, m), c.measured = row;
     }
   }
-  if (multi_host && topo->uniform() && topo->ranks_per_host() > 1) {
-    const double h = estimate_hierarchical_us(bytes, topo->hosts(), topo->ranks_per_host(), intra, network);
-    if (h < best_us) second = best, second_us = best_us, best = allreduce_id::hierarchical, best_us = h;
-    else if (h < second_us) second = allreduce_id::hierarchical, second_us = h;
-  }
-  return {best, bytes, world, transport_name, forced, best_us, second, second_us};
-}
-
-/// Calls `f(Algo{})` with the algorithm type for `id`.
-template <class F>
-decltype(auto) visit(allreduce_id id, F&& f) {
-  switch (id) {
-    case allreduce_id::recursive_doubling: return f(recursive_doubling{});
-    case allreduce_id::halving_doubling: return f(halving_doubling{});
-    case allreduce_id::tree: return f(tree{});
-    case allreduce_id::direct: return f(direct{});
-    case allreduce_id::star: return f(star{});
-    case allreduce_id::hierarchical: return f(hierarchical_default{});
-    case allreduce_id::ring: break;
-  }
-  return f(ring{});
+  return c;
 }
 
 }  // namespace gsync::algo

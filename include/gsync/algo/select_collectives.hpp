@@ -29,57 +29,57 @@
 #include <string>
 #include <string_view>
 
-#include "gsync/algo/binomial_tree.hpp"
-#include "gsync/algo/dissemination.hpp"
-#include "gsync/algo/pairwise.hpp"
-#include "gsync/algo/ring.hpp"
+#include "gsync/algo/registry.hpp"
 #include "gsync/algo/select.hpp"
+#include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/topology.hpp"
 
 namespace gsync::algo {
 
-/// Runtime identity of an algorithm of the collectives dispatched here.
-enum class collective_id { ring, binomial_tree, pairwise, dissemination };
+namespace detail {
+/// Stands for a primitives type when asking which schedules an algorithm has (never defined).
+struct any_primitives;
 
-/// The name of an algorithm (as GSYNC_ALGO_* and gsync-perf's -a accept it).
-constexpr std::string_view name(collective_id id) {
-  switch (id) {
-    case collective_id::ring: return ring::name;
-    case collective_id::binomial_tree: return binomial_tree::name;
-    case collective_id::pairwise: return pairwise::name;
-    case collective_id::dissemination: return dissemination::name;
-  }
-  return "?";
+template <class A>
+constexpr bool serves(std::string_view collective) noexcept {
+  using P = any_primitives;
+  if (collective == "broadcast") return broadcast_algorithm<A, P>;
+  if (collective == "reduce") return rooted_reduce_algorithm<A, P>;
+  if (collective == "reduce_scatter") return reduce_scatter_algorithm<A, P>;
+  if (collective == "allgather") return allgather_algorithm<A, P>;
+  if (collective == "alltoall") return alltoall_algorithm<A, P>;
+  return false;
+}
+}  // namespace detail
+
+/// Does algorithm `id` have a schedule for `collective` ("broadcast", "reduce", "reduce_scatter",
+/// "allgather", "alltoall")? Read from the schedules it defines, not from a list.
+constexpr bool serves(collective_id id, std::string_view collective) noexcept {
+  bool r = false;
+  collective_registry::for_each([&](auto a, collective_id i) {
+    if (i == id) r = detail::serves<decltype(a)>(collective);
+  });
+  return r;
 }
 
-/// Names accepted for broadcast and reduce.
-inline constexpr std::string_view rooted_names = "auto, ring, binomial_tree";
-/// Names accepted for reduce_scatter and allgather.
-inline constexpr std::string_view block_names = "auto, ring, dissemination";
-/// Names accepted for alltoall.
-inline constexpr std::string_view alltoall_names = "auto, pairwise";
-
-/// The names `collective` accepts ("broadcast", "reduce", "reduce_scatter", "allgather", "alltoall").
-constexpr std::string_view valid_names(std::string_view collective) {
-  if (collective == "broadcast" || collective == "reduce") return rooted_names;
-  if (collective == "alltoall") return alltoall_names;
-  return block_names;
+/// The names `collective` accepts: "auto" and the registered algorithms that serve it.
+inline std::string valid_names(std::string_view collective) {
+  std::string r = "auto";
+  collective_registry::for_each([&](auto a, collective_id) {
+    if (detail::serves<decltype(a)>(collective)) (r += ", ") += decltype(a)::name;
+  });
+  return r;
 }
 
-/// Parses an algorithm name for `collective` (nullopt for auto); throws invalid_argument naming
-/// `where` (the variable or option) and listing the valid names.
+/// Parses an algorithm name or alias for `collective` (nullopt for auto); throws invalid_argument
+/// naming `where` (the variable or option) and listing the valid names.
 inline std::optional<collective_id> parse_collective(std::string_view collective, std::string_view s, std::string_view where) {
   if (s.empty() || s == "auto" || s == "automatic") return std::nullopt;
-  const std::string_view valid = valid_names(collective);
-  std::optional<collective_id> id;
-  if (s == "ring") id = collective_id::ring;
-  else if (s == "binomial_tree" || s == "tree") id = collective_id::binomial_tree;
-  else if (s == "pairwise") id = collective_id::pairwise;
-  else if (s == "dissemination") id = collective_id::dissemination;
-  if (!id || valid.find(name(*id)) == std::string_view::npos)
+  const auto id = collective_registry::find(s);
+  if (!id || !serves(*id, collective))
     throw error(errc::invalid_argument, std::string(where) + ": unknown " + std::string(collective) + " algorithm '" +
-                                            std::string(s) + "' (valid: " + std::string(valid) + ")");
+                                            std::string(s) + "' (valid: " + valid_names(collective) + ")");
   return id;
 }
 
@@ -134,12 +134,12 @@ struct collective_choice {
           std::to_string(static_cast<long long>(chain_cost(bytes, world, segment_bytes, alpha_bytes))) +
           " byte-times, alpha = " + std::to_string(static_cast<long long>(alpha_bytes)) + " B" +
           (alpha_bytes == alpha_over_beta_bytes ? ")" : " from the links timed at start-up)");
-      if (id == collective_id::binomial_tree)
+      if (id == collective_id_of<binomial_tree>)
         return where + ": latency-bound, ceil(log2 N) whole-buffer hops beat the chain's N-2+S segment hops" + costs;
       return where + ": bandwidth-bound, the pipelined chain moves the buffer about once" + costs;
     }
     if (collective == "alltoall") return where + ": pairwise exchange, one partner each way per step";
-    if (id == collective_id::dissemination)
+    if (id == collective_id_of<dissemination>)
       return where + ": latency-bound, ceil(log2 N) rounds instead of the ring's N-1 steps for the same bytes";
     return where + ": the ring moves (N-1)/N of the data each way in pipelined segments, the bandwidth optimum";
   }
@@ -156,8 +156,8 @@ struct collective_choice {
 inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
                                    const topology* topo = nullptr) {
   const double ab = alpha_bytes_for(topo);
-  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id::binomial_tree
-                                                                                                 : collective_id::ring;
+  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id_of<binomial_tree>
+                                                                                                 : collective_id_of<ring>;
   if (auto f = parse_collective("broadcast", forced, "GSYNC_ALGO_BROADCAST")) id = *f;
   return {id, "broadcast", bytes, world, segment_bytes, forced, ab};
 }
@@ -166,8 +166,8 @@ inline collective_choice choose_broadcast(std::size_t bytes, int world, std::siz
 inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
                                    const topology* topo = nullptr) {
   const double ab = alpha_bytes_for(topo);
-  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id::binomial_tree
-                                                                                                 : collective_id::ring;
+  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id_of<binomial_tree>
+                                                                                                 : collective_id_of<ring>;
   if (auto f = parse_collective("reduce", forced, "GSYNC_ALGO_REDUCE")) id = *f;
   return {id, "reduce", bytes, world, segment_bytes, forced, ab};
 }
@@ -175,7 +175,7 @@ inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t
 /// The automatic choice for reduce_scatter and allgather with blocks of `bytes` over `world` ranks.
 inline collective_id choose_block_collective(std::size_t bytes, int world) noexcept {
   const bool small = world >= 3 && bytes <= latency_bound_bytes / static_cast<std::size_t>(world);
-  return small ? collective_id::dissemination : collective_id::ring;
+  return small ? collective_id_of<dissemination> : collective_id_of<ring>;
 }
 
 /// Chooses the reduce_scatter algorithm (`choose_block_collective`), honouring `forced`
@@ -196,21 +196,9 @@ inline collective_choice choose_allgather(std::size_t bytes, int world, std::siz
 
 /// Chooses the alltoall algorithm (pairwise exchange), honouring `forced` (GSYNC_ALGO_ALLTOALL).
 inline collective_choice choose_alltoall(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced) {
-  collective_id id = collective_id::pairwise;
+  collective_id id = collective_id_of<pairwise>;
   if (auto f = parse_collective("alltoall", forced, "GSYNC_ALGO_ALLTOALL")) id = *f;
   return {id, "alltoall", bytes, world, segment_bytes, forced};
-}
-
-/// Calls `f(Algo{})` with the policy type for `id`.
-template <class F>
-decltype(auto) visit(collective_id id, F&& f) {
-  switch (id) {
-    case collective_id::binomial_tree: return f(binomial_tree{});
-    case collective_id::pairwise: return f(pairwise{});
-    case collective_id::dissemination: return f(dissemination{});
-    case collective_id::ring: break;
-  }
-  return f(ring{});
 }
 
 }  // namespace gsync::algo

@@ -19,12 +19,27 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 
 namespace gsync::algo {
 
 /// Star (reduce to rank 0, send the result back) algorithm policy.
 struct star {
   static constexpr std::string_view name = "star";
+
+  /// Allreduce model (algo/registry.hpp): two latencies, plus rank 0's own work on the other
+  /// 2(N-2) messages, one after another, each taken as half an alpha (alpha counts the work at
+  /// both ends and the wire); rank 0's link carries (N-1) s in, then (N-1) s out:
+  ///   N alpha + 2(N-1) s beta + (N-1) s gamma
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    return w.N * m.alpha_us + 2 * (w.N - 1) * w.s * m.beta_us_per_byte + (w.N - 1) * w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all: 2(N-1).
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model&) noexcept { return 2 * (w.N - 1); }
+  /// Bytes one rank sends, averaged: 2(N-1)/N s (rank 0 sends (N-1) s, the others s each).
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept { return 2 * (w.N - 1) / w.N * w.s; }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "the fewest messages: every rank's buffer to rank 0 and the result back";
 
   /// Runs the schedule over primitives `p`. \tparam P a primitives type.
   template <class P>

@@ -34,6 +34,7 @@
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
+#include "gsync/core/cost_model.hpp"
 #include "gsync/core/tree_shape.hpp"
 
 namespace gsync::algo {
@@ -41,6 +42,25 @@ namespace gsync::algo {
 /// Pipelined double-binary-tree algorithm policy.
 struct tree {
   static constexpr std::string_view name = "tree";
+
+  /// Allreduce model (algo/registry.hpp): 2H + St - 1 rounds (St = ceil(s/2/seg) segments per
+  /// half), each costing about two messages at the busiest rank (interior in one tree: two
+  /// children, leaf in the other); the busiest rank sends 3 halves up and down its interior tree
+  /// and 1 in its leaf tree, plus the pipeline fill of 2H segments:
+  ///   2(2H+St-1) alpha + (2s + 2H s/(2St)) beta + s gamma
+  /// Across hosts its crossings are not modelled: every hop is priced as one that crosses.
+  static constexpr double allreduce_us(const world_shape& w, const cost_model& m) noexcept {
+    const double St = message_pieces(w.s / 2, m.segment_bytes);
+    return 2 * (2 * w.H + St - 1) * m.alpha_us + (2 * w.s + 2 * w.H * w.s / (2 * St)) * m.beta_us_per_byte + w.s * m.gamma_us_per_byte;
+  }
+  /// Messages in all: 4(N-1) St (two trees, each segment up and down every edge).
+  static constexpr double allreduce_messages(const world_shape& w, const cost_model& m) noexcept {
+    return 4 * (w.N - 1) * message_pieces(w.s / 2, m.segment_bytes);
+  }
+  /// Bytes one rank sends, averaged: 2(N-1)/N s (each half up and down N-1 edges).
+  static constexpr double allreduce_bytes_sent(const world_shape& w) noexcept { return 2 * (w.N - 1) / w.N * w.s; }
+  /// Why the automatic choice takes it.
+  static constexpr std::string_view allreduce_why = "pipelined double binary tree: log2(N) depth, about 2x the buffer per rank";
 
   /// Runs the schedule over primitives `p`. \tparam P a primitives type.
   template <class P>

@@ -92,6 +92,10 @@ class communicator {
       fixed_placement_ = std::make_shared<topology>(x_->topo());
       fixed_placement_->set_links(detail::override_links({}, cfg_.transport.net_gbps, cfg_.transport.net_latency_us));
     }
+    if (!local_costs_of(*x_).declared && x_->rank() == 0)
+      log_.warn("transport '" + std::string(x_->name()) +
+                "' declares no cost model (costed_transport or transport_traits<X>::local_costs): the automatic choice of "
+                "algorithms assumes loopback TCP");
   }
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for

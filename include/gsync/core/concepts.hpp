@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "gsync/core/cost_model.hpp"
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/fingerprint.hpp"
 #include "gsync/core/topology.hpp"
@@ -95,6 +96,27 @@ concept counting_transport = transport_policy<X> && requires(const X& x) {
   { x.payload_bytes_posted() } -> std::convertible_to<std::uint64_t>;
 };
 
+/// A transport that says what its links between ranks of one host cost (`x.local_costs()`, a
+/// `link_costs`, core/cost_model.hpp), as its link types declare it (`link_traits<L>::costs`):
+/// the automatic choice of algorithms prices the schedules with it. The TCP / shared-memory
+/// transport reports its shared-memory link's costs when it uses shared memory, its TCP link's
+/// otherwise; the in-process transport its own. A transport may instead declare
+/// `transport_traits<X>::local_costs`; one that does neither is priced as loopback TCP, and says so
+/// (`local_costs_of`).
+template <class X>
+concept costed_transport = transport_policy<X> && requires(const X& x) {
+  { x.local_costs() } -> std::convertible_to<link_costs>;
+};
+
+/// Compile-time facts of link type `L` (one ordered pair of ranks over one medium: TCP, shared
+/// memory; transport/links/). Every link type specializes it with
+/// - `costs`: its `link_costs` (the cost model of a message over it, and whether the two ranks
+///   share memory);
+/// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging.
+/// \tparam L a link type.
+template <class L>
+struct link_traits;
+
 /// Compile-time capabilities of a transport. Specialize for a transport that has more.
 /// \tparam X a transport type.
 template <class X>
@@ -141,5 +163,22 @@ concept alltoall_algorithm = algorithm<A> && requires(P& p) { A::alltoall(p); };
 /// \tparam A an algorithm policy. \tparam P a primitives type.
 template <class A, class P>
 concept barrier_algorithm = algorithm<A> && requires(P& p) { A::barrier(p); };
+
+/// What transport `x`'s links between ranks of one host cost: `x.local_costs()`, else
+/// `transport_traits<X>::local_costs`, else loopback TCP's model marked `declared = false`.
+/// \tparam X a transport.
+template <class X>
+link_costs local_costs_of(const X& x) noexcept {
+  if constexpr (costed_transport<X>) {
+    return x.local_costs();
+  } else if constexpr (requires { transport_traits<X>::local_costs; }) {
+    return transport_traits<X>::local_costs;
+  } else {
+    link_costs c;
+    c.name = x.name();
+    c.declared = false;
+    return c;
+  }
+}
 
 }  // namespace gsync

@@ -140,28 +140,11 @@ concept bucket_reducer = transport_policy<X> && requires(R& r, communicator<X>& 
   { r.start(c, jh) } -> std::same_as<request>;
 };
 
-/// Bytes one rank sends, averaged over the ranks, when allreduce algorithm `id` reduces `bytes` over
-/// `world` ranks (the schedules' volumes; P is the largest power of two <= world, and the ranks beyond P
-/// fold in and out with one whole-buffer message each way):
-/// ring, hierarchical and tree: 2(N-1)/N s; halving-doubling: (2(P-1) s + 2(N-P) s) / N;
-/// recursive doubling: (P log2(P) s + 2(N-P) s) / N; direct: (N-1) s; star: 2(N-1)/N s (rank 0
-/// sends (N-1) s, the others s each).
+/// Bytes one rank sends, averaged over the ranks, when allreduce algorithm `id` reduces `bytes`
+/// over `world` ranks: the algorithm's own formula (`allreduce_bytes_sent` in its file,
+/// algo/select.hpp `bytes_sent`).
 inline double allreduce_bytes_sent(algo::allreduce_id id, std::size_t bytes, int world) noexcept {
-  if (world <= 1) return 0.0;
-  const double s = static_cast<double>(bytes), n = world;
-  int p = 1, l = 0;
-  while (p * 2 <= world) p *= 2, ++l;
-  const double fold = 2.0 * (world - p) * s;
-  switch (id) {
-    case algo::allreduce_id::ring:
-    case algo::allreduce_id::hierarchical:
-    case algo::allreduce_id::tree: return 2.0 * (n - 1) / n * s;
-    case algo::allreduce_id::halving_doubling: return (2.0 * (p - 1) * s + fold) / n;
-    case algo::allreduce_id::recursive_doubling: return (static_cast<double>(p) * l * s + fold) / n;
-    case algo::allreduce_id::direct: return (n - 1) * s;
-    case algo::allreduce_id::star: return 2.0 * (n - 1) / n * s;  // rank 0 (n-1) s, the others s each
-  }
-  return 2.0 * (n - 1) / n * s;
+  return algo::bytes_sent(id, bytes, world);
 }
 
 /// The default reducer: one allreduce (op::avg or op::sum) per bucket on the communicator's progress
@@ -181,7 +164,7 @@ struct allreduce_reducer {
       });
     }
     const std::size_t bytes = job.data.size_bytes();
-    const auto ch = algo::choose_allreduce(bytes, comm.size(), comm.transport().name(), comm.settings().algo,
+    const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
                                            &comm.placement(), nullptr, comm.segment_bytes());
     *job.bytes_sent = static_cast<std::uint64_t>(allreduce_bytes_sent(ch.id, bytes, comm.size()) + 0.5);
     if (job.average) return allreduce_async(comm, job.data, op::avg{});

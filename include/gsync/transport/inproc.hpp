@@ -78,6 +78,9 @@ class inproc {
   int rank() const noexcept { return rank_; }          ///< this rank
   int size() const noexcept { return w_->size(); }     ///< world size
   std::string_view name() const noexcept { return "inproc"; }  ///< transport name for logs
+  /// What a message between two ranks costs (`costed_transport`): the ranks are threads of one
+  /// process and a receiver reads the sender's memory, so the shared-memory model applies.
+  link_costs local_costs() const noexcept { return {"inproc", cost_model::shared_memory(), /*shared_memory=*/true}; }
   const topology& topo() const noexcept { return w_->topo(); }  ///< placement of the ranks
 
   /// Marks this rank gone: peers waiting on it fail with peer_lost. Messages it queued are

@@ -54,6 +54,9 @@ class tcp {
   int size() const noexcept { return size_; }  ///< world size
   /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
   std::string_view name() const noexcept { return name_; }
+  /// What the links between ranks of this host cost (`costed_transport`): the shared-memory
+  /// link's model when shared memory is used, the TCP link's otherwise (transport/links/).
+  const link_costs& local_costs() const noexcept { return *local_; }
   /// Which rank runs on which host (from every rank's host identity), and the measured links.
   const topology& topo() const noexcept { return *topo_; }
   /// Ranks on this host (including this one), from the host identities.
@@ -103,6 +106,7 @@ class tcp {
   int size_ = 0;
   std::string_view name_;
   const topology* topo_ = nullptr;
+  const link_costs* local_ = nullptr;
 };
 
 }  // namespace gsync::transport

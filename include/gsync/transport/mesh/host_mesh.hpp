@@ -93,6 +93,8 @@
 #include "gsync/detail/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/link_probe.hpp"
+#include "gsync/transport/links/shm_link.hpp"
+#include "gsync/transport/links/tcp_link.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/transport/tcp_options.hpp"
 
@@ -111,6 +113,9 @@ class host_mesh {
   int size() const noexcept { return size_; }                  ///< world size
   /// Transport name for logs and algorithm selection: "tcp", "shm" (every peer on this host) or "shm+tcp".
   std::string_view name() const noexcept { return name_; }
+  /// What the links between ranks of this host cost: the shared-memory link's model when this
+  /// rank reaches peers through shared memory, the TCP link's otherwise (transport/links/).
+  const link_costs& local_costs() const noexcept { return local_costs_; }
   /// Ranks on this host (including this one), from the host identities.
   int local_size() const noexcept { return local_size_; }
   /// Which rank runs on which host (from every rank's host identity).
@@ -288,6 +293,7 @@ class host_mesh {
   std::size_t shm_queued_ = 0;   // of which to shared-memory peers
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
+  link_costs local_costs_ = link_traits<tcp_link>::costs;
   int local_size_ = 1;
   bool shm_light_ = false;  // every shared-memory rank of this host uses asymmetric fences (shm.hpp)
   std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()

@@ -21,7 +21,7 @@ GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds 
     : tcp(li, timeout, std::move(log), detail::tcp_options_from_env()) {}
 GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
     : m_(std::make_unique<host_mesh>(li, timeout, std::move(log), std::move(opt))),
-      rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()) {}
+      rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()), local_(&m_->local_costs()) {}
 GSYNC_DECL tcp::~tcp() = default;
 
 GSYNC_DECL int tcp::local_size() const noexcept { return m_->local_size(); }
