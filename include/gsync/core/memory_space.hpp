@@ -12,7 +12,9 @@
 ///
 /// Adding a space (device memory with `device_span<T>` in issue 27) is three declarations beside
 /// what exists, no edit of the algorithms: a tag (`struct device_memory`, with `name` and
-/// `moved_by<X>`), `memory_space_of<device_span<T>>`, and `primitives_for<device_memory, ...>`.
+/// `moved_by<X>`), `memory_space_of<device_span<T>>`, and `primitives_for<device_memory, ...>`;
+/// plus, per collective, a thin overload for the new view that passes its space to the run
+/// function (`detail::allreduce_impl<Algo, Space>`; tests/test_memory_space.cpp shows one).
 ///
 /// Why a whole primitives class per space, rather than host primitives calling per-space copy
 /// and reduce hooks: what differs between spaces is not only the element loop but where incoming
