@@ -669,7 +669,7 @@ void run_case_with(bench& b) {
 /// True when policy `Algo` can run collective `c` for element `T` and operator `Op` (automatic can).
 template <class Algo, class T, class Op>
 constexpr bool can_run(coll c) {
-  using P = gsync::host_primitives<T, Op, gsync::transport::tcp>;
+  using P = gsync::primitives_t<gsync::host_memory, T, Op, gsync::transport::tcp>;  // host buffers
   // Collectives that move data without reducing it run with op::sum only (parse_args sets -o
   // to sum for them): their code for the other operators would be identical and only cost
   // compile time.

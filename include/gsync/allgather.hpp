@@ -22,6 +22,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -30,16 +31,16 @@ namespace gsync {
 
 namespace detail {
 
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void run_allgather(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, in, out, c, op::sum{});
+  auto p = make_primitives<Space>(comm, id, in, out, c, op::sum{});
   static_assert(allgather_algorithm<Algo, decltype(p)>, "this algorithm policy has no allgather schedule");
   Algo::allgather(p);
 }
 
 /// Runs allgather ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void allgather_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c) {
   const message_id id{tag_allgather, tk.seq, make_fingerprint<T>(c, 0, -1)};
   op_scope scope(comm, "allgather", tk, id);
@@ -49,10 +50,10 @@ void allgather_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
     log_choice(comm, "allgather", dtype_of<T>, c, "", ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);
-      if constexpr (allgather_algorithm<A, host_primitives<T, op::sum, X>>) run_allgather<A>(comm, id, in, out, c);
+      if constexpr (allgather_algorithm<A, primitives_t<Space, T, op::sum, X>>) run_allgather<A, Space>(comm, id, in, out, c);
     });
   } else {
-    run_allgather<Algo>(comm, id, in, out, c);
+    run_allgather<Algo, Space>(comm, id, in, out, c);
   }
 }
 
@@ -68,9 +69,9 @@ void check_allgather(const communicator<X>& comm, std::span<const T> in, std::sp
 }
 
 /// Numbers an allgather and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  launch(comm, "allgather", [=](communicator<X>& x, op_ticket tk) { allgather_run<Algo>(x, tk, in, out, c); });
+  launch(comm, "allgather", [=](communicator<X>& x, op_ticket tk) { allgather_run<Algo, Space>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -83,7 +84,7 @@ void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_allgather<X, T>(comm, in, out);
-  detail::allgather_impl<Algo>(comm, in.data(), out.data(), in.size());
+  detail::allgather_impl<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), in.size());
 }
 
 /// Asynchronous allgather: same arguments and checks (thrown here), queued on the progress
@@ -92,8 +93,9 @@ void allgather(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request allgather_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_allgather<X, T>(comm, in, out);
+  using space = memory_space_of_t<decltype(out)>;  // std::span: host memory
   return detail::launch_async(comm, "allgather", [i = in.data(), o = out.data(), c = in.size()](communicator<X>& x, op_ticket tk) {
-    detail::allgather_run<Algo>(x, tk, i, o, c);
+    detail::allgather_run<Algo, space>(x, tk, i, o, c);
   });
 }
 

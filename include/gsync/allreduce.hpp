@@ -32,6 +32,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/primitives.hpp"
 #include "gsync/core/request.hpp"
@@ -41,15 +42,15 @@ namespace gsync {
 
 namespace detail {
 
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, in, out, count, op);
+  auto p = make_primitives<Space>(comm, id, in, out, count, op);
   Algo::allreduce(p);
 }
 
 /// Runs allreduce ticket `tk` (numbered at issue by comm.next_op()) on `comm`.
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op) {
   const message_id id{tag_allreduce, tk.seq, make_fingerprint<T>(count, op_code_of<Op>(), -1)};
   op_scope scope(comm, "allreduce", tk, id);
@@ -59,7 +60,7 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
     const bool logging = comm.log().enabled(log_level::info);
     if (!logging)  // the same sizes come back every step: reuse the choice (core/choice_memo.hpp)
       if (const auto code = comm.allreduce_choices().find(bytes, comm.segment_bytes()))
-        return algo::visit(algo::allreduce_id{*code}, [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
+        return algo::visit(algo::allreduce_id{*code}, [&](auto a) { run_allreduce<decltype(a), Space>(comm, id, in, out, count, op); });
     const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
                                              &comm.placement(), nullptr, comm.segment_bytes());
     comm.allreduce_choices().put(bytes, comm.segment_bytes(), ch.id.index);
@@ -71,22 +72,22 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
         comm.log().info(shape);
       }
     }
-    algo::visit(ch.id, [&](auto a) { run_allreduce<decltype(a)>(comm, id, in, out, count, op); });
+    algo::visit(ch.id, [&](auto a) { run_allreduce<decltype(a), Space>(comm, id, in, out, count, op); });
   } else {
-    run_allreduce<Algo>(comm, id, in, out, count, op);
+    run_allreduce<Algo, Space>(comm, id, in, out, count, op);
   }
 }
 
 /// Numbers an allreduce and runs it: inline, or queued behind pending asynchronous operations.
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  launch(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo>(c, tk, in, out, count, op); });
+  launch(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo, Space>(c, tk, in, out, count, op); });
 }
 
 /// Numbers an allreduce and queues it on the progress engine.
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
-  return launch_async(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo>(c, tk, in, out, count, op); });
+  return launch_async(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo, Space>(c, tk, in, out, count, op); });
 }
 
 /// Checks out-of-place allreduce arguments: equal sizes, same buffer or no overlap.
@@ -110,7 +111,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_allreduce<T>(in, out);
-  detail::allreduce_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
+  detail::allreduce_impl<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), out.size(), op);
 }
 
 /// In-place allreduce: data[i] = op over ranks of data[i].
@@ -118,7 +119,7 @@ void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, std::span<T> data, Op op = {}) {
-  detail::allreduce_impl<Algo>(comm, data.data(), data.data(), data.size(), op);
+  detail::allreduce_impl<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
 }
 
 /// Asynchronous out-of-place allreduce: checks the arguments now (invalid_argument is thrown
@@ -129,7 +130,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 request allreduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_allreduce<T>(in, out);
-  return detail::allreduce_issue<Algo>(comm, in.data(), out.data(), out.size(), op);
+  return detail::allreduce_issue<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), out.size(), op);
 }
 
 /// Asynchronous in-place allreduce (see the out-of-place overload); `data` must stay alive and
@@ -138,7 +139,7 @@ request allreduce_async(communicator<X>& comm, std::span<const std::type_identit
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
-  return detail::allreduce_issue<Algo>(comm, data.data(), data.data(), data.size(), op);
+  return detail::allreduce_issue<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
 }
 
 }  // namespace gsync

@@ -20,6 +20,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -28,16 +29,16 @@ namespace gsync {
 
 namespace detail {
 
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void run_alltoall(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, in, out, c, op::sum{});
+  auto p = make_primitives<Space>(comm, id, in, out, c, op::sum{});
   static_assert(alltoall_algorithm<Algo, decltype(p)>, "this algorithm policy has no alltoall schedule");
   Algo::alltoall(p);
 }
 
 /// Runs alltoall ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void alltoall_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c) {
   const message_id id{tag_alltoall, tk.seq, make_fingerprint<T>(c, 0, -1)};
   op_scope scope(comm, "alltoall", tk, id);
@@ -47,10 +48,10 @@ void alltoall_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std:
     log_choice(comm, "alltoall", dtype_of<T>, c, "", ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);
-      if constexpr (alltoall_algorithm<A, host_primitives<T, op::sum, X>>) run_alltoall<A>(comm, id, in, out, c);
+      if constexpr (alltoall_algorithm<A, primitives_t<Space, T, op::sum, X>>) run_alltoall<A, Space>(comm, id, in, out, c);
     });
   } else {
-    run_alltoall<Algo>(comm, id, in, out, c);
+    run_alltoall<Algo, Space>(comm, id, in, out, c);
   }
 }
 
@@ -67,9 +68,9 @@ void check_alltoall(const communicator<X>& comm, std::span<const T> in, std::spa
 }
 
 /// Numbers an alltoall and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  launch(comm, "alltoall", [=](communicator<X>& x, op_ticket tk) { alltoall_run<Algo>(x, tk, in, out, c); });
+  launch(comm, "alltoall", [=](communicator<X>& x, op_ticket tk) { alltoall_run<Algo, Space>(x, tk, in, out, c); });
 }
 
 }  // namespace detail
@@ -81,7 +82,7 @@ void alltoall_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_alltoall<X, T>(comm, in, out);
-  detail::alltoall_impl<Algo>(comm, in.data(), out.data(), in.size() / static_cast<std::size_t>(comm.size()));
+  detail::alltoall_impl<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), in.size() / static_cast<std::size_t>(comm.size()));
 }
 
 /// Asynchronous alltoall: same arguments and checks (thrown here), queued on the progress
@@ -90,8 +91,9 @@ void alltoall(communicator<X>& comm, std::span<const std::type_identity_t<T>> in
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request alltoall_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
   detail::check_alltoall<X, T>(comm, in, out);
+  using space = memory_space_of_t<decltype(out)>;  // std::span: host memory
   return detail::launch_async(comm, "alltoall", [i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
-                                                    communicator<X>& x, op_ticket tk) { detail::alltoall_run<Algo>(x, tk, i, o, c); });
+                                                    communicator<X>& x, op_ticket tk) { detail::alltoall_run<Algo, space>(x, tk, i, o, c); });
 }
 
 }  // namespace gsync

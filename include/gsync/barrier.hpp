@@ -16,6 +16,7 @@
 #include "gsync/algo/select.hpp"
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -31,7 +32,9 @@ void barrier_run(communicator<X>& comm, op_ticket tk) {
   message_id id{tag_barrier, tk.seq, make_fingerprint<void>(0)};
   id.fp.algo = algo_code_of<A>();
   op_scope scope(comm, "barrier", tk, id);
-  auto p = make_primitives<std::uint8_t>(comm, id, nullptr, nullptr, 0, op::sum{});
+  // Empty messages, no buffer: host memory, which every transport moves by default.
+  auto p = make_primitives<host_memory>(comm, id, static_cast<const std::uint8_t*>(nullptr), static_cast<std::uint8_t*>(nullptr), 0,
+                                        op::sum{});
   static_assert(barrier_algorithm<A, decltype(p)>, "this algorithm policy has no barrier schedule");
   A::barrier(p);
 }

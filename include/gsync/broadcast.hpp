@@ -20,6 +20,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -28,16 +29,16 @@ namespace gsync {
 
 namespace detail {
 
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t count, int root) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, data, data, count, op::sum{});
+  auto p = make_primitives<Space>(comm, id, data, data, count, op::sum{});
   static_assert(broadcast_algorithm<Algo, decltype(p)>, "this algorithm policy has no broadcast schedule");
   Algo::broadcast(p, root);
 }
 
 /// Runs broadcast ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void broadcast_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t count, int root) {
   const message_id id{tag_broadcast, tk.seq, make_fingerprint<T>(count, 0, root)};
   op_scope scope(comm, "broadcast", tk, id);
@@ -48,17 +49,17 @@ void broadcast_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t cou
     log_choice(comm, "broadcast", dtype_of<T>, count, "", ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);
-      if constexpr (broadcast_algorithm<A, host_primitives<T, op::sum, X>>) run_broadcast<A>(comm, id, data, count, root);
+      if constexpr (broadcast_algorithm<A, primitives_t<Space, T, op::sum, X>>) run_broadcast<A, Space>(comm, id, data, count, root);
     });
   } else {
-    run_broadcast<Algo>(comm, id, data, count, root);
+    run_broadcast<Algo, Space>(comm, id, data, count, root);
   }
 }
 
 /// Numbers a broadcast and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class X, class T>
+template <class Algo, class Space = host_memory, class X, class T>
 void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root) {
-  launch(comm, "broadcast", [=](communicator<X>& x, op_ticket tk) { broadcast_run<Algo>(x, tk, data, count, root); });
+  launch(comm, "broadcast", [=](communicator<X>& x, op_ticket tk) { broadcast_run<Algo, Space>(x, tk, data, count, root); });
 }
 
 }  // namespace detail
@@ -70,7 +71,7 @@ void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root)
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void broadcast(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
-  detail::broadcast_impl<Algo>(comm, data.data(), data.size(), root);
+  detail::broadcast_impl<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.size(), root);
 }
 
 /// Asynchronous broadcast: same arguments and checks (thrown here), queued on the progress
@@ -79,8 +80,9 @@ void broadcast(communicator<X>& comm, std::span<T> data, int root) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
+  using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   return detail::launch_async(comm, "broadcast", [root, d = data.data(), n = data.size()](communicator<X>& x, op_ticket tk) {
-    detail::broadcast_run<Algo>(x, tk, d, n, root);
+    detail::broadcast_run<Algo, space>(x, tk, d, n, root);
   });
 }
 

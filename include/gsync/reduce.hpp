@@ -21,6 +21,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -29,16 +30,16 @@ namespace gsync {
 
 namespace detail {
 
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void run_reduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op, int root) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, in, out, count, op);
+  auto p = make_primitives<Space>(comm, id, in, out, count, op);
   static_assert(rooted_reduce_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce schedule");
   Algo::reduce(p, root);
 }
 
 /// Runs reduce ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t count, const Op& op, int root) {
   const message_id id{tag_reduce, tk.seq, make_fingerprint<T>(count, op_code_of<Op>(), root)};
   op_scope scope(comm, "reduce", tk, id);
@@ -49,10 +50,10 @@ void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::s
     log_choice(comm, "reduce", dtype_of<T>, count, op_name<Op>(), ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);
-      if constexpr (rooted_reduce_algorithm<A, host_primitives<T, Op, X>>) run_reduce<A>(comm, id, in, out, count, op, root);
+      if constexpr (rooted_reduce_algorithm<A, primitives_t<Space, T, Op, X>>) run_reduce<A, Space>(comm, id, in, out, count, op, root);
     });
   } else {
-    run_reduce<Algo>(comm, id, in, out, count, op, root);
+    run_reduce<Algo, Space>(comm, id, in, out, count, op, root);
   }
 }
 
@@ -69,9 +70,9 @@ void check_reduce(const communicator<X>& comm, std::span<const T> in, std::span<
 }
 
 /// Numbers a reduce and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void reduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root) {
-  launch(comm, "reduce", [=](communicator<X>& x, op_ticket tk) { reduce_run<Algo>(x, tk, in, out, count, op, root); });
+  launch(comm, "reduce", [=](communicator<X>& x, op_ticket tk) { reduce_run<Algo, Space>(x, tk, in, out, count, op, root); });
 }
 
 }  // namespace detail
@@ -87,7 +88,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 void reduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}, int root = 0) {
   detail::check_reduce<X, T>(comm, in, out, root);
-  detail::reduce_impl<Algo>(comm, in.data(), out.data(), in.size(), op, root);
+  detail::reduce_impl<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), in.size(), op, root);
 }
 
 /// Asynchronous reduce: same arguments and checks (thrown here), queued on the progress engine.
@@ -98,8 +99,9 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
 request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {},
                      int root = 0) {
   detail::check_reduce<X, T>(comm, in, out, root);
+  using space = memory_space_of_t<decltype(out)>;  // std::span: host memory
   return detail::launch_async(comm, "reduce", [op, root, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x, op_ticket tk) {
-    detail::reduce_run<Algo>(x, tk, i, o, n, op, root);
+    detail::reduce_run<Algo, space>(x, tk, i, o, n, op, root);
   });
 }
 

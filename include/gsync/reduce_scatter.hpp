@@ -23,6 +23,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -34,16 +35,16 @@ static_assert(algo::latency_bound_bytes == communicator<transport::inproc>::scra
 
 namespace detail {
 
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void run_reduce_scatter(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c, const Op& op) {
   id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives(comm, id, in, out, c, op);
+  auto p = make_primitives<Space>(comm, id, in, out, c, op);
   static_assert(reduce_scatter_algorithm<Algo, decltype(p)>, "this algorithm policy has no reduce_scatter schedule");
   Algo::reduce_scatter(p);
 }
 
 /// Runs reduce_scatter ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void reduce_scatter_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c, const Op& op) {
   const message_id id{tag_reduce_scatter, tk.seq, make_fingerprint<T>(c, op_code_of<Op>(), -1)};
   op_scope scope(comm, "reduce_scatter", tk, id);
@@ -54,10 +55,10 @@ void reduce_scatter_run(communicator<X>& comm, op_ticket tk, const T* in, T* out
     log_choice(comm, "reduce_scatter", dtype_of<T>, c, op_name<Op>(), ch, [](auto i) { return algo::name(i); });
     algo::visit(ch.id, [&](auto a) {
       using A = decltype(a);
-      if constexpr (reduce_scatter_algorithm<A, host_primitives<T, Op, X>>) run_reduce_scatter<A>(comm, id, in, out, c, op);
+      if constexpr (reduce_scatter_algorithm<A, primitives_t<Space, T, Op, X>>) run_reduce_scatter<A, Space>(comm, id, in, out, c, op);
     });
   } else {
-    run_reduce_scatter<Algo>(comm, id, in, out, c, op);
+    run_reduce_scatter<Algo, Space>(comm, id, in, out, c, op);
   }
 }
 
@@ -73,9 +74,9 @@ void check_reduce_scatter(const communicator<X>& comm, std::span<const T> in, st
 }
 
 /// Numbers a reduce_scatter and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class X, class T, class Op>
+template <class Algo, class Space = host_memory, class X, class T, class Op>
 void reduce_scatter_impl(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op) {
-  launch(comm, "reduce_scatter", [=](communicator<X>& x, op_ticket tk) { reduce_scatter_run<Algo>(x, tk, in, out, c, op); });
+  launch(comm, "reduce_scatter", [=](communicator<X>& x, op_ticket tk) { reduce_scatter_run<Algo, Space>(x, tk, in, out, c, op); });
 }
 
 }  // namespace detail
@@ -89,7 +90,7 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 void reduce_scatter(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_reduce_scatter<X, T>(comm, in, out);
-  detail::reduce_scatter_impl<Algo>(comm, in.data(), out.data(), out.size(), op);
+  detail::reduce_scatter_impl<Algo, memory_space_of_t<decltype(out)>>(comm, in.data(), out.data(), out.size(), op);
 }
 
 /// Asynchronous reduce_scatter: same arguments and checks (thrown here), queued on the progress
@@ -99,8 +100,9 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
   detail::check_reduce_scatter<X, T>(comm, in, out);
+  using space = memory_space_of_t<decltype(out)>;  // std::span: host memory
   return detail::launch_async(comm, "reduce_scatter", [op, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x, op_ticket tk) {
-    detail::reduce_scatter_run<Algo>(x, tk, i, o, c, op);
+    detail::reduce_scatter_run<Algo, space>(x, tk, i, o, c, op);
   });
 }
 

@@ -35,6 +35,7 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
@@ -44,35 +45,38 @@ namespace gsync {
 
 namespace detail {
 
-/// Sends the p2p message of ticket `tk` (numbered at issue) with user tag `tag` to `peer`.
-template <class X, class T>
+/// Sends the p2p message of ticket `tk` (numbered at issue) with user tag `tag` to `peer`, from a
+/// buffer in memory space `Space`.
+template <class Space = host_memory, class X, class T>
 void send_run(communicator<X>& comm, op_ticket tk, const T* data, std::size_t n, int peer, int tag) {
   const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq, make_fingerprint<T>(n)};
   op_scope scope(comm, "send", tk, id);
-  auto p = make_primitives(comm, id, data, static_cast<T*>(nullptr), n, op::sum{});
+  auto p = make_primitives<Space>(comm, id, data, static_cast<T*>(nullptr), n, op::sum{});
   p.send(peer, p.in({0, n}));
   p.finish();
 }
 
-/// Receives the p2p message of ticket `tk` (numbered at issue) with user tag `tag` from `peer`.
-template <class X, class T>
+/// Receives the p2p message of ticket `tk` (numbered at issue) with user tag `tag` from `peer`,
+/// into a buffer in memory space `Space`.
+template <class Space = host_memory, class X, class T>
 void recv_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t n, int peer, int tag) {
   const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq, make_fingerprint<T>(n)};
   op_scope scope(comm, "recv", tk, id);
-  auto p = make_primitives(comm, id, static_cast<const T*>(data), data, n, op::sum{});
+  auto p = make_primitives<Space>(comm, id, static_cast<const T*>(data), data, n, op::sum{});
   p.recv(peer, p.out({0, n}));  // a send of another tag, type or size: mismatch naming both calls
 }
 
 /// Sends ticket `ts`'s message to `dst` and receives ticket `tr`'s from `src` at once: the send is
-/// posted first, so the transport moves it while this rank waits for its own data.
-template <class X, class S, class R>
+/// posted first, so the transport moves it while this rank waits for its own data. The send buffer
+/// is in memory space `SendSpace`, the receive buffer in `RecvSpace`.
+template <class SendSpace = host_memory, class RecvSpace = SendSpace, class X, class S, class R>
 void sendrecv_run(communicator<X>& comm, op_ticket ts, const S* sd, std::size_t sn, int dst, int stag, op_ticket tr, R* rd,
                   std::size_t rn, int src, int rtag) {
   const message_id sid{tag_p2p | static_cast<std::uint32_t>(stag), ts.seq, make_fingerprint<S>(sn)};
   const message_id rid{tag_p2p | static_cast<std::uint32_t>(rtag), tr.seq, make_fingerprint<R>(rn)};
   op_scope scope(comm, "sendrecv", tr, rid);
-  auto ps = make_primitives(comm, sid, sd, static_cast<S*>(nullptr), sn, op::sum{});
-  auto pr = make_primitives(comm, rid, static_cast<const R*>(rd), rd, rn, op::sum{});
+  auto ps = make_primitives<SendSpace>(comm, sid, sd, static_cast<S*>(nullptr), sn, op::sum{});
+  auto pr = make_primitives<RecvSpace>(comm, rid, static_cast<const R*>(rd), rd, rn, op::sum{});
   ps.send(dst, ps.in({0, sn}));
   pr.recv(src, pr.out({0, rn}));
   ps.finish();
@@ -118,9 +122,11 @@ auto sendrecv_job(communicator<X>& comm, std::span<const S> s, int dst, int stag
   check_sendrecv(dst, stag, s.data(), s.size_bytes(), src, rtag, r.data(), r.size_bytes(), comm.rank(), comm.size());
   const bool self = dst == comm.rank();
   const op_ticket ts = self ? op_ticket{} : comm.next_send_op(dst), tr = self ? op_ticket{} : comm.next_recv_op(src);
+  using send_space = memory_space_of_t<decltype(s)>;  // std::span: host memory
+  using recv_space = memory_space_of_t<decltype(r)>;
   return [=, sd = s.data(), sn = s.size(), rd = r.data(), rn = r.size()](communicator<X>& c) {
-    if (self) sendrecv_self(sd, sn, stag, rd, rn, rtag, dst);
-    else sendrecv_run(c, ts, sd, sn, dst, stag, tr, rd, rn, src, rtag);
+    if (self) sendrecv_self(sd, sn, stag, rd, rn, rtag, dst);  // host memory: a local memmove
+    else sendrecv_run<send_space, recv_space>(c, ts, sd, sn, dst, stag, tr, rd, rn, src, rtag);
   };
 }
 
@@ -136,9 +142,10 @@ template <transport_policy X, class U>
 void send(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_send_op(peer);
   comm.execute("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::send_run(c, tk, d, n, peer, tag);
+    detail::send_run<space>(c, tk, d, n, peer, tag);
   });
 }
 
@@ -151,9 +158,10 @@ template <transport_policy X, class U>
 request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_send_op(peer);
   return comm.issue("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::send_run(c, tk, d, n, peer, tag);
+    detail::send_run<space>(c, tk, d, n, peer, tag);
   });
 }
 
@@ -163,9 +171,10 @@ request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) 
 template <transport_policy X, element T>
 void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_recv_op(peer);
   comm.execute("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::recv_run(c, tk, d, n, peer, tag);
+    detail::recv_run<space>(c, tk, d, n, peer, tag);
   });
 }
 
@@ -175,9 +184,10 @@ void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
 template <transport_policy X, element T>
 request recv_async(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_recv_op(peer);
   return comm.issue("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
-    detail::recv_run(c, tk, d, n, peer, tag);
+    detail::recv_run<space>(c, tk, d, n, peer, tag);
   });
 }
 

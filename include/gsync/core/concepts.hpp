@@ -117,7 +117,8 @@ concept costed_transport = transport_policy<X> && requires(const X& x) {
 template <class L>
 struct link_traits;
 
-/// Compile-time capabilities of a transport. Specialize for a transport that has more.
+/// Compile-time capabilities of a transport. Specialize for a transport that has more (or less).
+/// The memory spaces read them (`moves` below): a space names the capability it needs.
 /// \tparam X a transport type.
 template <class X>
 struct transport_traits {
@@ -125,6 +126,26 @@ struct transport_traits {
   static constexpr bool supports_device_memory = false;  ///< can move CUDA device memory
   static constexpr bool supports_registered_memory = false;  ///< needs/accepts RDMA-registered memory
 };
+
+/// A memory space: an empty tag type that says where a buffer's elements live
+/// (core/memory_space.hpp: `host_memory`; device memory arrives as another tag with issue 27).
+/// - `S::name` names it in messages.
+/// - `S::template moved_by<X>` (a bool) says whether transport X can move its buffers, read from
+///   `transport_traits<X>` (host memory needs `supports_host_memory`, device memory
+///   `supports_device_memory`), so a new space states its own requirement without editing this file.
+/// The primitives that run schedules over its buffers are `primitives_for<S, T, Op, X>::type`.
+/// \tparam S a memory space tag.
+template <class S>
+concept memory_space = std::is_empty_v<S> && std::is_trivially_copyable_v<S> && requires {
+  { S::name } -> std::convertible_to<std::string_view>;
+};
+
+/// Transport X can move buffers of memory space S. Checked at compile time where an operation's
+/// primitives are made (detail::make_primitives), so a collective over a space the transport cannot
+/// move fails to compile naming this concept, instead of handing it pointers it cannot read.
+/// \tparam X a transport. \tparam S a memory space.
+template <class X, class S>
+concept moves = transport_policy<X> && memory_space<S> && requires { requires bool(S::template moved_by<X>); };
 
 /// An allreduce algorithm: a type whose static `allreduce(prims)` runs the schedule over a
 /// primitives object (send / recv / recv_reduce / recv_reduce_send / recv_copy_send, see

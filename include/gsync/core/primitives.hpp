@@ -15,7 +15,8 @@
 /// scratch buffer (`scratch_elems()` elements), for schedules that must receive a whole message
 /// before combining it. Algorithms never see sockets or raw memory:
 /// a `region` is opaque to them, so device memory (a CUDA reduction on a stream) or registered RDMA
-/// memory plug in by providing another primitives type with the same vocabulary.
+/// memory plug in by providing another primitives type with the same vocabulary, named by its
+/// memory space (`primitives_for`, core/memory_space.hpp). This file is the host space's.
 ///
 /// Host memory implementation: incoming data for a reduction streams through the transport
 /// (`recv_stream`) in element-aligned pieces and is combined straight into dst, so no per-message
@@ -27,6 +28,7 @@
 
 #include "gsync/core/chunking.hpp"
 #include "gsync/core/concepts.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/reduce.hpp"
 #include "gsync/core/topology.hpp"
 
@@ -159,6 +161,13 @@ class host_primitives {
   deadline dl_;
   T* scratch_;
   std::size_t scratch_elems_;
+};
+
+/// Host memory runs schedules over host_primitives.
+/// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
+template <class T, class Op, class X>
+struct primitives_for<host_memory, T, Op, X> {
+  using type = host_primitives<T, Op, X>;  ///< the host space's primitives
 };
 
 }  // namespace gsync

@@ -2,7 +2,8 @@
 /// \file
 /// Small helpers every collective's API layer shares: wire tags, operator names for logs, argument
 /// checks (sizes, overlaps, ranks, tags), logging an automatic choice once per shape, and building
-/// the primitives object of one operation. Non-templated where nothing touches elements.
+/// the primitives object of one operation from its buffers' memory space. Non-templated where
+/// nothing touches elements.
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_space.hpp"
 #include "gsync/core/primitives.hpp"
 #include "gsync/detail/tick_clock.hpp"
 
@@ -168,13 +170,21 @@ std::size_t segment_elems(const communicator<X>& comm, std::size_t elem_size) {
 
 /// The primitives of one operation over `comm`: messages `id`, input `in`, output `out`, `count`
 /// elements as the schedule understands it, the communicator's segment size, scratch and a
-/// deadline counted from the running operation's start (now when none runs).
-/// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
-template <class T, class Op, class X>
-host_primitives<T, Op, X> make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count,
-                                          const Op& op) {
-  return host_primitives<T, Op, X>(comm.transport(), id, in, out, count, segment_elems(comm, sizeof(T)), op,
-                                   comm.make_deadline(), comm.scratch());
+/// deadline counted from the running operation's start (now when none runs). The buffers are in
+/// memory space `Space`, whose primitives type (`primitives_for`, core/memory_space.hpp) is built;
+/// a transport that cannot move that space is a compile error naming `moves` (core/concepts.hpp).
+/// \tparam Space memory space of `in` and `out` (host by default). \tparam T element type.
+/// \tparam Op reduction operator. \tparam X transport.
+template <class Space = host_memory, class T, class Op, class X>
+auto make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
+  static_assert(memory_space<Space>, "gsync: Space is not a memory space (see memory_space in core/concepts.hpp)");
+  static_assert(moves<X, Space>,
+                "gsync: this transport cannot move buffers of this memory space: moves<X, Space> is false "
+                "(Space::moved_by<X> reads transport_traits<X>, core/concepts.hpp)");
+  static_assert(requires { typename primitives_for<Space, T, Op, X>::type; },
+                "gsync: this memory space has no primitives (specialise primitives_for, core/memory_space.hpp)");
+  using P = primitives_t<Space, T, Op, X>;
+  return P(comm.transport(), id, in, out, count, segment_elems(comm, sizeof(T)), op, comm.make_deadline(), comm.scratch());
 }
 
 }  // namespace gsync::detail

@@ -16,7 +16,8 @@
   F(::gsync::bfloat16, ::gsync::op::sum) F(::gsync::bfloat16, ::gsync::op::avg)                            \
   F(std::int32_t, ::gsync::op::sum) F(std::int64_t, ::gsync::op::sum)
 
-/// The signature of one of them (the allreduce of ticket `tk` on a tcp_communicator).
-#define GSYNC_ALLREDUCE_RUN_SIGNATURE(T, Op)                                                                  \
-  void ::gsync::detail::allreduce_run<::gsync::algo::automatic, ::gsync::transport::tcp, T, Op>(            \
+/// The signature of one of them (the allreduce of ticket `tk` on a tcp_communicator, host memory).
+#define GSYNC_ALLREDUCE_RUN_SIGNATURE(T, Op)                                                                   \
+  void ::gsync::detail::allreduce_run<::gsync::algo::automatic, ::gsync::host_memory, ::gsync::transport::tcp, \
+                                      T, Op>(                                                                  \
       ::gsync::communicator<::gsync::transport::tcp>&, ::gsync::op_ticket, const T*, T*, std::size_t, const Op&)
