@@ -108,6 +108,29 @@ concept costed_transport = transport_policy<X> && requires(const X& x) {
   { x.local_costs() } -> std::convertible_to<link_costs>;
 };
 
+/// A link: the data path between this rank and one peer over one medium (TCP, shared memory;
+/// transport/links/), as a mesh composes them (transport/mesh/: one link per peer carries its
+/// data, picked at set-up as the first type that connects the pair). Every operation returns at
+/// once; the mesh does the waiting (spin, yield, poll or a doorbell) and the failure protocol.
+/// - `l.post(frame, bytes, n)` posts a frame (`L::frame`: header with the message's identity and
+///   size); the bytes stay the caller's until the link has handed them over;
+/// - `l.pump(done)` makes progress: hands queued frames over as far as the medium takes them now,
+///   adding the frames completed to `done`; `l.q` holds those not yet handed over;
+/// - receiving is the link's own shape, as its medium allows: TCP reads its byte stream into the
+///   caller's buffer (or the mesh's staging buffer, for a reduction); shared memory hands a
+///   reduction the pieces of the ring itself, so it reads the peer's bytes where they lie;
+/// - `l.peer_gone()` is liveness, looked at without waiting; `l.close()` ends the link.
+/// \tparam L a link type.
+template <class L>
+concept link = std::movable<L> && requires(L& l, const L& cl, const typename L::frame& f, const std::byte* p, std::size_t n,
+                                           std::size_t& done) {
+  l.post(f, p, n);
+  l.pump(done);
+  { cl.q.empty() } -> std::convertible_to<bool>;
+  { cl.peer_gone() } -> std::convertible_to<bool>;
+  l.close();
+};
+
 /// Compile-time facts of link type `L` (one ordered pair of ranks over one medium: TCP, shared
 /// memory; transport/links/). Every link type specializes it with
 /// - `costs`: its `link_costs` (the cost model of a message over it, and whether the two ranks

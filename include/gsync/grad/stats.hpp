@@ -6,7 +6,7 @@
 /// - `bytes_on_wire`: payload bytes this rank sent for the step's collectives (frame headers excluded),
 ///   as reported by the bucket reducer. The plain allreduce reducer counts them on transports that
 ///   count (`counting_transport`: TCP with shared memory, in-process), else reports the volume of the
-///   algorithm the library picks for that bucket (`allreduce_bytes_sent` in synchronizer.hpp); the
+///   algorithm the library picks for that bucket (`allreduce_bytes_sent` in grad/bucket_reducer.hpp); the
 ///   compression reducers report what their schedules send (checked against a counting transport).
 /// - `payload_bytes`: bytes of the buffers handed to the collectives (the fused buckets, in wire type).
 /// - `comm_time`: time the progress engine spent running the step's collectives (sum over buckets of

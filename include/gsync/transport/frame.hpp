@@ -39,6 +39,15 @@ inline constexpr std::uint32_t notice_magic = 0x58595347u;
 /// Longest failure-notice text.
 inline constexpr std::size_t max_notice_bytes = 4000;
 
+/// A frame posted on a link: header, payload (the caller's bytes, valid until the frame has been
+/// handed over) and how many bytes of header + payload have been handed over so far.
+struct send_op {
+  frame_header h;
+  const std::byte* p;
+  std::size_t n;
+  std::size_t done;  ///< bytes handed over, header included
+};
+
 /// The header a sender writes for message `id` of `bytes` bytes.
 inline frame_header make_header(message_id id, std::size_t bytes) {
   return frame_header{frame_magic, id.tag, id.seq, static_cast<std::uint64_t>(bytes), id.fp};

@@ -1,15 +1,161 @@
 #pragma once
 /// \file
-/// The TCP link type: one connection between two ranks, on any hosts. What the choices of
-/// algorithms and memory paths read about it is declared here (`link_traits<tcp_link>`); its data
-/// path (framed sends, streaming receives) is transport/mesh/socket_path.ipp.
+/// The TCP link type: one connection between two ranks, on any hosts. It queues frames and
+/// writes them without blocking (several per sendmsg), reads headers and payloads without
+/// blocking, and tells whether the peer has closed its end. Waiting, routing and the failure
+/// protocol are the mesh's (transport/mesh/); set-up (connect, accept, handshake) is
+/// transport/mesh/setup.ipp, which hands a connected socket over with `attach`.
+/// What the choices of algorithms and memory paths read about it: `link_traits<tcp_link>`.
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <deque>
+#include <utility>
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/cost_model.hpp"
+#include "gsync/transport/frame.hpp"
 
 namespace gsync::transport {
-/// A TCP connection between two ranks (see the file comment).
-struct tcp_link;
+
+/// A TCP connection between two ranks (see the file comment). Owns its socket.
+class tcp_link {
+ public:
+  using frame = frame_header;  ///< what `post` takes
+  tcp_link() = default;
+  tcp_link(tcp_link&& o) noexcept : q(std::move(o.q)), fd_(std::exchange(o.fd_, -1)), closed_(o.closed_) {}
+  tcp_link& operator=(tcp_link&& o) noexcept {
+    if (this != &o) close(), q = std::move(o.q), fd_ = std::exchange(o.fd_, -1), closed_ = o.closed_;
+    return *this;
+  }
+  ~tcp_link() { close(); }
+
+  /// Takes over the connected socket `fd` (non-blocking use only: every call passes MSG_DONTWAIT).
+  void attach(int fd) noexcept {
+    close();
+    fd_ = fd;
+  }
+  /// True once a socket is attached and not closed.
+  bool connected() const noexcept { return fd_ >= 0; }
+  /// The socket, for the mesh's poll(2) (-1 when none).
+  int fd() const noexcept { return fd_; }
+
+  /// Frames posted and not yet fully written.
+  std::deque<send_op> q;
+
+  /// Posts a frame: queued; `pump` writes it.
+  void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
+
+  /// Writes as much of the queue as the kernel takes now; several frames go out in one sendmsg.
+  /// Adds the frames completed to `completed`. Returns 0 when the queue is empty or the socket
+  /// would block, else the errno of the failed write (the connection is lost).
+  int pump(std::size_t& completed) noexcept {
+    while (!q.empty()) {
+      iovec iov[32];
+      int k = 0;
+      for (auto it = q.begin(); it != q.end() && k + 2 <= 32; ++it) {
+        std::size_t d = it->done;
+        if (d < sizeof(frame_header)) {
+          iov[k++] = {reinterpret_cast<char*>(&it->h) + d, sizeof(frame_header) - d};
+          d = 0;
+        } else {
+          d -= sizeof(frame_header);
+        }
+        if (it->n > d) iov[k++] = {const_cast<std::byte*>(it->p) + d, it->n - d};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = static_cast<std::size_t>(k);
+      const ssize_t w = ::sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        return errno;
+      }
+      auto left = static_cast<std::size_t>(w);
+      while (left > 0) {
+        auto& op = q.front();
+        const std::size_t take = std::min(sizeof(frame_header) + op.n - op.done, left);
+        op.done += take;
+        left -= take;
+        if (op.done != sizeof(frame_header) + op.n) break;
+        q.pop_front();
+        ++completed;
+      }
+    }
+    return 0;
+  }
+
+  /// Writes a whole frame now if the kernel takes it, bypassing the queue (best effort: the
+  /// failure notices, which must not wait).
+  void send_now(const frame_header& h, const void* p, std::size_t n) noexcept {
+    if (fd_ < 0) return;
+    iovec iov[2] = {{const_cast<frame_header*>(&h), sizeof h}, {const_cast<void*>(p), n}};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    [[maybe_unused]] const ssize_t w = ::sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  /// One non-blocking read of the header's bytes from `have` on, and in the same system call up
+  /// to `n` payload bytes into `dst` (never past the expected message). Returns what recvmsg
+  /// returns: bytes read, 0 when the peer closed, -1 with errno (EAGAIN: nothing yet).
+  ssize_t read_header_some(frame_header& h, std::size_t have, std::byte* dst, std::size_t n) noexcept {
+    auto* hb = reinterpret_cast<char*>(&h);
+    iovec iov[2] = {{hb + have, sizeof h - have}, {dst, n}};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = n ? 2 : 1;
+    return ::recvmsg(fd_, &mh, MSG_DONTWAIT);
+  }
+  /// One non-blocking read of up to `n` bytes; returns as recv(2) does.
+  ssize_t read_some(std::byte* dst, std::size_t n) noexcept { return ::recv(fd_, dst, n, MSG_DONTWAIT); }
+  /// Peeks at up to `n` bytes without consuming them; returns as recv(2) does.
+  ssize_t peek(void* dst, std::size_t n) const noexcept { return ::recv(fd_, dst, n, MSG_PEEK | MSG_DONTWAIT); }
+
+  /// Liveness: looks, without waiting, at whether the peer has closed or reset the connection
+  /// while nothing is expected on it. Returns 1 (closed), 0 (open, quiet), or 2 (bytes arrived:
+  /// for a connection that must stay silent, a protocol error).
+  int closed_by_peer() const noexcept {
+    pollfd f{fd_, POLLIN, 0};
+    if (::poll(&f, 1, 0) <= 0) return 0;
+    char b;
+    const ssize_t r = ::recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0) return 2;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    return 1;
+  }
+  /// Liveness for the `link` concept: true once the peer has closed or reset the connection.
+  bool peer_gone() const noexcept { return closed_by_peer() == 1; }
+  /// Marks the peer as seen closed while not waited for (the mesh then stops watching it).
+  void mark_closed() noexcept { closed_ = true; }
+  /// True once marked closed.
+  bool seen_closed() const noexcept { return closed_; }
+
+  /// Shuts both directions down (the peer's reads and writes fail at once); the socket stays
+  /// open until `close`.
+  void shutdown() noexcept {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
+  /// Closes the socket; the queue is dropped with it.
+  void close() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool closed_ = false;
+};
+
+static_assert(link<tcp_link>);
+
 }  // namespace gsync::transport
 
 namespace gsync {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The transport calls the primitives make (post_send, recv, recv_stream, flush_sends,
-/// progress_sends): each routes to the peer's shared-memory ring or socket.
+/// progress_sends): each routes to the link that carries the peer's data, its shared-memory link
+/// (transport/links/shm_link.hpp) or its TCP link (transport/links/tcp_link.hpp).
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
@@ -15,23 +16,20 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   if (id.tag < 0x80000000u) cur_op_ = id.seq;
   check_peer(peer);
   auto& c = peers_[peer];
-  if (c.shm && c.q.empty()) {
+  const frame_header h = make_header(id, n);
+  if (c.via_shm) {
     // Nothing queued before it: a message whose payload its stamp covers goes into the ring now
     // if there is room, without a trip through the queue.
-    std::uint64_t head = c.out->head.load(std::memory_order_relaxed);
-    if (shm::stamped_payload(shm::align64(head), n, c.out_cap) == n && shm_begin(c, head, make_header(id, n), src, n) != SIZE_MAX) {
-      shm_publish(c, head);
-      return;
-    }
-  }
-  c.q.push_back(send_op{make_header(id, n), src, n, 0});
-  ++queued_;
-  if (c.shm) {
+    if (c.shm.post_direct(h, src, n)) return;
+    c.shm.post(h, src, n);
+    ++queued_;
     ++shm_queued_;
-    if (c.q.size() == 1) pump_shm(peer);
-  } else if (c.q.size() == 1) {
-    pump(peer);
+    if (c.shm.q.size() == 1) pump_shm(peer);
+    return;
   }
+  c.tcp.post(h, src, n);
+  ++queued_;
+  if (c.tcp.q.size() == 1) pump(peer);
 }
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
@@ -40,7 +38,7 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
   if (id.tag < 0x80000000u) cur_op_ = id.seq;
   check_peer(peer);
   frame_header h;
-  if (peers_[peer].shm) {
+  if (peers_[peer].via_shm) {
     shm_read_header(peer, h, dl, id);
     check(h, id, n, peer, nullptr, 0);
     shm_read_payload(peer, dst, n, 1, nullptr, dl, id);
@@ -60,7 +58,7 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
   check_peer(peer);
   if (align == 0 || align > opt_.staging_bytes) align = 1;
   frame_header h;
-  if (peers_[peer].shm) {  // the reduction reads the peer's bytes where they lie, in the ring
+  if (peers_[peer].via_shm) {  // the reduction reads the peer's bytes where they lie, in the ring
     shm_read_header(peer, h, dl, id);
     check(h, id, n, peer, nullptr, 0);
     if (8 % align != 0) align = 1;  // payloads start 8-byte aligned in the ring (shm.hpp)

@@ -14,7 +14,7 @@ namespace gsync::transport {
   std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
   std::string blocked;
   for (int p = 0; p < size_; ++p)
-    if (!peers_[p].q.empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
+    if (!peers_[p].q().empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
   const auto now = std::chrono::steady_clock::now();
   const double waited = (id.seq == stall_.seq && id.tag == stall_.tag)
                             ? std::chrono::duration<double>(now - stall_.since).count() : 0.0;
@@ -178,16 +178,14 @@ inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::stea
     if (p == rank_ || p == in_peer) continue;
     auto& c = peers_[p];
     frame_header h;
-    if (c.shm) {
-      const std::uint64_t start = shm::align64(c.in_pos);
-      if (shm::get_stamp(c.in_data + start % c.in_cap) != shm::stamp_of(start, c.in_key)) continue;
-      std::memcpy(&h, c.in_data + start % c.in_cap + shm::header_offset, sizeof h);
+    if (c.via_shm) {
+      if (!c.shm.peek_header(h)) continue;
     } else {
-      if (c.fd < 0 || c.closed) continue;
-      if (::recv(c.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) continue;
+      if (!c.tcp.connected() || c.tcp.seen_closed()) continue;
+      if (c.tcp.peek(&h, sizeof h) != static_cast<ssize_t>(sizeof h)) continue;
     }
     if (h.magic == notice_magic) {  // consume and report it
-      if (c.shm) shm_read_header(p, h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+      if (c.via_shm) shm_read_header(p, h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
       else read_exact(p, reinterpret_cast<std::byte*>(&h), sizeof h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
       on_notice(p, h, nullptr, 0, id);
     }

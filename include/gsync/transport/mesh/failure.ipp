@@ -35,11 +35,10 @@ inline void host_mesh::abort(const std::string& why) noexcept {
     // best effort: the peers will see the connections close and report a lost rank instead
   }
   abort_recorded_.store(true, std::memory_order_release);
-  for (auto& p : peers_)
-    if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
+  for (auto& p : peers_) p.tcp.shutdown();
   if (seg_) {
     seg_.bell().failed.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
-    for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+    for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
     seg_.bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
     shm::notify(seg_.bell());
   }
@@ -63,7 +62,7 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   if (at) std::memcpy(why.data(), have, at);
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    if (peers_[peer].shm) shm_read_payload(peer, reinterpret_cast<std::byte*>(why.data()), len, 1, nullptr, d, id);
+    if (peers_[peer].via_shm) shm_read_payload(peer, reinterpret_cast<std::byte*>(why.data()), len, 1, nullptr, d, id);
     else if (at < len) read_exact(peer, reinterpret_cast<std::byte*>(why.data()) + at, len - at, d, id);
   } catch (const error&) {
     if (broken_) throw;
@@ -91,21 +90,17 @@ inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost)
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     auto& c = peers_[p];
-    if (!c.q.empty() && c.q.front().done != 0) continue;  // mid-message: the stream cannot carry it
-    if (c.shm) {
-      queued_ -= c.q.size();
-      shm_queued_ -= c.q.size();
-      c.q.clear();
-      c.q.push_back(send_op{nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size(), 0});
+    if (!c.q().empty() && c.q().front().done != 0) continue;  // mid-message: the stream cannot carry it
+    if (c.via_shm) {
+      queued_ -= c.shm.q.size();
+      shm_queued_ -= c.shm.q.size();
+      c.shm.q.clear();
+      c.shm.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
       ++queued_;
       ++shm_queued_;
       pump_shm(p);
-    } else if (c.fd >= 0) {
-      iovec iov[2] = {{const_cast<frame_header*>(&nh), sizeof nh}, {notice_text_.data(), notice_text_.size()}};
-      msghdr mh{};
-      mh.msg_iov = iov;
-      mh.msg_iovlen = 2;
-      [[maybe_unused]] ssize_t w = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+      c.tcp.send_now(nh, notice_text_.data(), notice_text_.size());
     }
   }
 }
@@ -116,28 +111,25 @@ inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
   int culprit = -1;
   auto gone = [&](int p) -> std::string {  // empty while p is alive
     auto& c = peers_[p];
-    if (const std::uint32_t v = c.peer_bell->failed.load(std::memory_order_acquire)) {
+    if (const std::uint32_t v = c.shm.peer_failed()) {
       if (v & shm_left) return culprit = p, "left (its communicator was destroyed)";
       culprit = static_cast<int>(v & ~shm_left) - 1;
       if (culprit == p || culprit < 0 || culprit >= size_) return culprit = p, "failed";
       return "failed after losing rank " + std::to_string(culprit);
     }
-    pollfd f{c.fd, POLLIN, 0};
-    if (::poll(&f, 1, 0) <= 0) return {};
-    char b;
-    const ssize_t r = ::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0)
+    const int closed = c.tcp.closed_by_peer();
+    if (closed == 2)
       fail(errc::mismatch, "rank " + std::to_string(rank_) + ": unexpected bytes on the control connection of same-host rank " +
                                std::to_string(p));
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return {};
+    if (closed == 0) return {};
     return culprit = p, "exited or crashed";
   };
-  if (in_peer >= 0 && peers_[in_peer].shm && !shm_ready(in_peer))
+  if (in_peer >= 0 && peers_[in_peer].via_shm && !shm_ready(in_peer))
     if (auto why = gone(in_peer); !why.empty())
       lost(in_peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
                         " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
   for (int p : shm_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
-    if (const std::uint32_t v = peers_[p].peer_bell->failed.load(std::memory_order_acquire); v && !(v & shm_left) && p != in_peer) {
+    if (const std::uint32_t v = peers_[p].shm.peer_failed(); v && !(v & shm_left) && p != in_peer) {
       const int first = static_cast<int>(v) - 1;
       const bool chain = first != p && first >= 0 && first < size_;
       lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) failed" +
@@ -146,7 +138,7 @@ inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
            chain ? first : p);
     }
   for (int p : shm_peers_)
-    if (!peers_[p].q.empty())
+    if (!peers_[p].shm.q.empty())
       if (auto why = gone(p); !why.empty())
         lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
                        " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
@@ -159,7 +151,7 @@ inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
 // that has finished its part and failed in a later collective, or one this point-to-point
 // message does not involve, is met (as a closed stream) when it is next needed.
 inline void host_mesh::closed_elsewhere(int peer, message_id id) {
-  peers_[peer].closed = true;
+  peers_[peer].tcp.mark_closed();
   if (id.tag >= 0x80000000u || id.seq == 0) return;
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -237,14 +229,15 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     } catch (const std::exception&) {
     }
     for (auto& p : peers_) {
-      if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
-      p.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
+      p.tcp.shutdown();
+      p.tcp.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
+      p.shm.q.clear();
     }
     queued_ = 0;
     shm_queued_ = 0;
     if (seg_) {
       seg_.bell().failed.store(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1), std::memory_order_release);
-      for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+      for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
     }
     log_.warn(msg);
   }

@@ -7,8 +7,12 @@
 /// setup.ipp, data_path.ipp, shm_path.ipp, socket_path.ipp, progress.ipp, diagnostics.ipp and
 /// failure.ipp.
 ///
-/// TCP transport over Asio sockets: one connection per pair of ranks, established through the
-/// rendezvous store, then driven non-blocking by a small poll(2) progress loop.
+/// A mesh of per-peer links (transport/links/, the `link` concept of core/concepts.hpp): every
+/// peer has a TCP link (`tcp_link`, one connection per pair of ranks, established through the
+/// rendezvous store with Asio, then driven non-blocking by a small poll(2) progress loop); a
+/// same-host peer whose shared memory both ranks mapped also has a shared-memory link
+/// (`shm_link`), which then carries its data. The links move bytes; the mesh routes each call to
+/// the peer's link, waits, and runs the failure protocol and the diagnostics across them.
 ///
 /// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
 /// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
@@ -121,7 +125,7 @@ class host_mesh {
   /// Which rank runs on which host (from every rank's host identity).
   const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
-  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].shm; }
+  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].via_shm; }
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   bool shm_asymmetric_fences() const noexcept { return shm_light_; }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
@@ -129,7 +133,7 @@ class host_mesh {
   std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
   /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
   std::uint64_t shm_read_position(int peer) const noexcept {
-    return peer >= 0 && peer < size_ && peers_[static_cast<std::size_t>(peer)].shm ? peers_[static_cast<std::size_t>(peer)].in_pos : 0;
+    return peer >= 0 && peer < size_ && peers_[static_cast<std::size_t>(peer)].via_shm ? peers_[static_cast<std::size_t>(peer)].shm.read_position() : 0;
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
@@ -151,34 +155,14 @@ class host_mesh {
   void op_finished() noexcept { withdraw_stall_record(); }
 
  private:
-  struct send_op {
-    frame_header h;
-    const std::byte* p;
-    std::size_t n;
-    std::size_t done;  // bytes written, header included
-  };
+  // One peer: the links this rank has to it. The TCP link exists for every peer; a same-host
+  // peer whose segment both ranks mapped also has a shared-memory link, which then carries the
+  // data while the TCP connection stays open, silent, as the liveness signal (see file comment).
   struct peer_conn {
-    std::unique_ptr<asio::ip::tcp::socket> s;
-    int fd = -1;
-    std::deque<send_op> q;
-    // Shared memory (same-host peers only).
-    bool shm = false;
-    shm::ring_ctl* out = nullptr;       // ring this rank writes, in the peer's segment
-    std::byte* out_data = nullptr;
-    std::uint64_t out_cap = 0;
-    std::uint64_t out_tail = 0;         // the consumer's tail as last read (reread only when short of room)
-    std::uint64_t out_key = 0;          // stamp key of `out` (shm.hpp)
-    shm::ring_ctl* in = nullptr;        // ring the peer writes, in this rank's segment
-    std::byte* in_data = nullptr;
-    std::uint64_t in_cap = 0;
-    std::uint64_t need_head = 0;        // a wait on `in` ends once head reaches this
-    std::uint64_t need_stamp = 0;       // ... or, when not 0, once this stamp is at in_data + stamp_at
-    std::uint64_t stamp_at = 0;
-    std::uint64_t in_known = 0;         // `in` holds bytes up to here (a stamp or head said so)
-    std::uint64_t in_key = 0;           // stamp key of `in`
-    std::uint64_t in_pos = 0;           // bytes of `in` read; published as its tail after each piece
-    bool closed = false;                 // seen closed while not waited for, with no failure record
-    shm::doorbell* peer_bell = nullptr;  // the peer's doorbell
+    tcp_link tcp;
+    shm_link shm;
+    bool via_shm = false;  // the shared-memory link carries this peer's data
+    std::deque<send_op>& q() noexcept { return via_shm ? shm.q : tcp.q; }  // the data link's queue
   };
   struct hello {
     std::uint32_t magic = 0x48595347u;  // "GSYH"
@@ -199,13 +183,9 @@ class host_mesh {
 
   // Shared-memory data path (shm_path.ipp).
   bool pump_shm(int peer);
-  bool shm_room(peer_conn& c, std::uint64_t head, std::uint64_t need);
-  std::size_t shm_begin(peer_conn& c, std::uint64_t& head, const frame_header& h, const std::byte* p, std::size_t n);
-  void shm_publish(peer_conn& c, std::uint64_t head);
   bool pump_all_shm();
   bool shm_ready(int peer) const;
   void shm_read_header(int peer, frame_header& h, deadline dl, message_id id);
-  void shm_release(peer_conn& c);
   void shm_read_payload(int peer, std::byte* dst, std::size_t n, std::size_t align,
                         detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id);
   bool shm_progress(int in_peer);
@@ -222,6 +202,12 @@ class host_mesh {
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
   void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
   void watch_idle_sockets(message_id id);
+  // A TCP peer whose connection is watched for a close while nothing is expected on it: it
+  // carries data (not through shared memory), is connected, not yet seen closed, nothing queued.
+  bool watchable(int p) const noexcept {
+    const auto& c = peers_[p];
+    return !c.via_shm && c.tcp.connected() && !c.tcp.seen_closed() && c.tcp.q.empty();
+  }
 
   // Diagnostics (diagnostics.ipp).
   [[noreturn]] void timed_out(int in_peer, message_id id);
@@ -303,7 +289,6 @@ class host_mesh {
   shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
   std::vector<int> shm_peers_;           // ranks reached through shared memory
-  static constexpr std::size_t shm_chunk = 64 << 10;  // bytes published per ring update
   static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
   std::vector<pollfd> pfds_;

@@ -15,7 +15,7 @@ namespace gsync::transport {
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
   if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
-  const bool in_shm = in_peer >= 0 && peers_[in_peer].shm;
+  const bool in_shm = in_peer >= 0 && peers_[in_peer].via_shm;
   if (shm_progress(in_peer)) return;
   const bool sock_in = in_peer >= 0 && !in_shm;
   const bool sock_out = queued_ > shm_queued_;
@@ -37,14 +37,14 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   pfds_.clear();
   pidx_.clear();
   if (sock_in) {
-    pfds_.push_back({peers_[in_peer].fd, POLLIN, 0});
+    pfds_.push_back({peers_[in_peer].tcp.fd(), POLLIN, 0});
     pidx_.push_back(in_peer);
   }
   for (int p = 0; p < size_; ++p)
-    if (!peers_[p].shm && !peers_[p].q.empty()) {
+    if (!peers_[p].via_shm && !peers_[p].tcp.q.empty()) {
       if (p == in_peer) pfds_[0].events |= POLLOUT;
       else {
-        pfds_.push_back({peers_[p].fd, POLLOUT, 0});
+        pfds_.push_back({peers_[p].tcp.fd(), POLLOUT, 0});
         pidx_.push_back(p);
       }
     }
@@ -72,8 +72,8 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   const std::size_t watch_from = pfds_.size();
   if (r == 0)
     for (int p = 0; p < size_; ++p)
-      if (p != rank_ && p != in_peer && !peers_[p].shm && peers_[p].fd >= 0 && !peers_[p].closed && peers_[p].q.empty()) {
-        pfds_.push_back({peers_[p].fd, POLLRDHUP, 0});
+      if (p != rank_ && p != in_peer && watchable(p)) {
+        pfds_.push_back({peers_[p].tcp.fd(), POLLRDHUP, 0});
         pidx_.push_back(p);
       }
   // Block at most a second at a time, so that stall_check runs while an operation hangs.
@@ -95,7 +95,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
       if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
       continue;
     }
-    if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q.empty()) pump(pidx_[i]);
+    if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].tcp.q.empty()) pump(pidx_[i]);
   }
 }
 
@@ -156,8 +156,8 @@ inline void host_mesh::watch_idle_sockets(message_id id) {
   pfds_.clear();
   pidx_.clear();
   for (int p = 0; p < size_; ++p)
-    if (p != rank_ && !peers_[p].shm && peers_[p].fd >= 0 && !peers_[p].closed && peers_[p].q.empty()) {
-      pfds_.push_back({peers_[p].fd, POLLRDHUP, 0});
+    if (p != rank_ && watchable(p)) {
+      pfds_.push_back({peers_[p].tcp.fd(), POLLRDHUP, 0});
       pidx_.push_back(p);
     }
   if (pfds_.empty() || ::poll(pfds_.data(), pfds_.size(), 0) <= 0) return;

@@ -153,13 +153,9 @@ inline void host_mesh::check_options(const tcp_options& o) {
 inline host_mesh::~host_mesh() {
   if (seg_) {  // same-host peers still waiting for this rank learn at once that it is gone
     if (!broken_) seg_.bell().failed.store(shm_left | static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
-    for (int p : shm_peers_) shm::notify(*peers_[p].peer_bell);
+    for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
   }
-  for (auto& p : peers_)
-    if (p.s && p.s->is_open()) {
-      asio::error_code ig;
-      p.s->close(ig);
-    }
+  for (auto& p : peers_) p.tcp.close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();
     server_->linger(std::chrono::steady_clock::now() + store_linger);
@@ -211,8 +207,7 @@ inline void host_mesh::connect_lower(deadline dl) {
     h.size = size_;
     h.nonce = nonce_;
     detail::write_all(s->native_handle(), &h, sizeof h, dl, "rank " + std::to_string(j));
-    peers_[j].fd = s->native_handle();
-    peers_[j].s = std::move(s);
+    peers_[j].tcp.attach(s->release());  // the TCP link owns the socket from here
   }
 }
 
@@ -234,7 +229,7 @@ inline void host_mesh::accept_higher(deadline dl) {
     if (!got) {
       std::string who;
       for (int j = rank_ + 1; j < size_; ++j)
-        if (!peers_[j].s) who += (who.empty() ? "" : ", ") + std::to_string(j);
+        if (!peers_[j].tcp.connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
       throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
     }
     tune(*s);
@@ -256,12 +251,11 @@ inline void host_mesh::accept_higher(deadline dl) {
       continue;
     }
     if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
-        h.rank >= size_ || peers_[h.rank].s) {
+        h.rank >= size_ || peers_[h.rank].tcp.connected()) {
       log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
       continue;
     }
-    peers_[h.rank].fd = s->native_handle();
-    peers_[h.rank].s = std::move(s);
+    peers_[h.rank].tcp.attach(s->release());  // the TCP link owns the socket from here
     --missing;
   }
 }
@@ -317,20 +311,15 @@ inline void host_mesh::setup_shm(const bootstrap::launch_info& li, deadline dl) 
     const auto sp2 = r.find(' ', sp + 1);
     if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") shm_light_ = false;
     peer_segs_[j] = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local.size()), rb);
+    // The first link type that connects this pair: shared memory (the TCP link stays, silent).
     auto& c = peers_[j];
-    c.shm = true;
-    c.out = &peer_segs_[j].ctl(my_slot);
-    c.out_data = peer_segs_[j].data(my_slot);
-    c.out_cap = rb;
-    c.out_key = c.out->stamp_key;
-    std::memset(c.out_data, 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
-    c.in = &seg_.ctl(slot_of(j));
-    c.in_data = seg_.data(slot_of(j));
-    c.in_cap = opt_.shm_ring_bytes;
-    c.in_key = c.in->stamp_key;
-    c.peer_bell = &peer_segs_[j].bell();
+    std::memset(peer_segs_[j].data(my_slot), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
+    c.shm.attach(&peer_segs_[j].ctl(my_slot), peer_segs_[j].data(my_slot), rb, &seg_.ctl(slot_of(j)), seg_.data(slot_of(j)),
+                 opt_.shm_ring_bytes, &peer_segs_[j].bell());
+    c.via_shm = true;
     shm_peers_.push_back(j);
   }
+  for (int j : shm_peers_) peers_[j].shm.set_light_fences(shm_light_);  // the host's choice, known once all are mapped
 }
 
 }  // namespace gsync::transport

@@ -1,0 +1,181 @@
+// The link types on their own (transport/links/), without a mesh: two ends of one link in this
+// process, frames posted, pumped and read back byte for byte, through ring wrap-around (shared
+// memory) and partial writes (TCP); liveness after the peer goes. What a new link type (CUDA IPC,
+// RDMA) must also do before the conformance suite runs collectives over it.
+
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gsync/core/concepts.hpp>
+#include <gsync/transport/links/shm_link.hpp>
+#include <gsync/transport/links/tcp_link.hpp>
+
+using gsync::transport::frame_header;
+using gsync::transport::shm_link;
+using gsync::transport::tcp_link;
+
+namespace {
+
+frame_header header_for(std::uint64_t seq, std::size_t n) {
+  gsync::message_id id{1, seq, {}};
+  return gsync::transport::make_header(id, n);
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7) & 0xff);
+  return v;
+}
+
+}  // namespace
+
+static_assert(gsync::link<tcp_link>);
+static_assert(gsync::link<shm_link>);
+
+TEST_CASE("links: shared-memory link moves frames through its ring, wrapping, and reads in place") {
+  const std::string name = "/gsync-test-links-" + std::to_string(::getpid());
+  constexpr std::size_t ring = 4096;
+  auto a = gsync::transport::shm::segment::create(name + "-a", 2, ring);  // rank 0's segment: slot 1 is rank 1's ring to it
+  auto b = gsync::transport::shm::segment::create(name + "-b", 2, ring);  // rank 1's segment: slot 0 is rank 0's ring to it
+  a.unlink();
+  b.unlink();
+  shm_link l0, l1;  // rank 0's link to rank 1, and rank 1's to rank 0
+  l0.attach(&b.ctl(0), b.data(0), ring, &a.ctl(1), a.data(1), ring, &b.bell());
+  l1.attach(&a.ctl(1), a.data(1), ring, &b.ctl(0), b.data(0), ring, &a.bell());
+  REQUIRE(l0.active());
+  // Sizes that straddle the stamped part, the ring's end and the ring's size (several pumps).
+  for (std::size_t n : {std::size_t{0}, std::size_t{8}, std::size_t{975}, std::size_t{977}, std::size_t{3000},
+                        std::size_t{10000}, std::size_t{1}, std::size_t{4095}}) {
+    CAPTURE(n);
+    const auto src = pattern(n, static_cast<unsigned>(n));
+    const frame_header h = header_for(n + 1, n);
+    std::size_t done = 0;
+    if (!l0.post_direct(h, src.data(), n)) {
+      l0.post(h, src.data(), n);
+      l0.pump(done);
+    } else {
+      done = 1;
+    }
+    l1.expect_header();
+    REQUIRE(l1.ready());
+    frame_header got;
+    l1.take_header(got);
+    CHECK(got.seq == n + 1);
+    CHECK(got.bytes == n);
+    std::vector<std::byte> dst(n);
+    std::size_t have = 0;
+    int rounds = 0;
+    while (have < n) {
+      const std::size_t k = l1.read_some(dst.data() + have, n - have, 1, nullptr);
+      if (k == 0) {  // the sender waits for room: pumping again continues it
+        l0.pump(done);
+        REQUIRE(++rounds < 100);
+        continue;
+      }
+      have += k;
+    }
+    l1.end_read();
+    l0.pump(done);
+    CHECK(done == 1);
+    CHECK(l0.q.empty());
+    CHECK(dst == src);
+  }
+  // A reduction's read: pieces handed over where they lie, multiples of the element size.
+  std::vector<double> v(700);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * 0.5;
+  const std::size_t n = v.size() * sizeof(double);
+  std::size_t done = 0;
+  l0.post(header_for(99, n), reinterpret_cast<const std::byte*>(v.data()), n);
+  l0.pump(done);
+  l1.expect_header();
+  REQUIRE(l1.ready());
+  frame_header got;
+  l1.take_header(got);
+  double sum = 0;
+  std::size_t seen = 0;
+  auto consume = [&](std::span<const std::byte> piece) {
+    CHECK(piece.size() % sizeof(double) == 0);
+    for (std::size_t i = 0; i < piece.size() / sizeof(double); ++i) {
+      double x;
+      std::memcpy(&x, piece.data() + i * sizeof(double), sizeof x);
+      sum += x;
+    }
+    seen += piece.size();
+  };
+  gsync::detail::function_ref<void(std::span<const std::byte>)> cref(consume);
+  for (int rounds = 0; seen < n; ++rounds) {
+    REQUIRE(rounds < 100);
+    if (l1.read_some(nullptr, n - seen, sizeof(double), &cref) == 0) l0.pump(done);
+  }
+  l1.end_read();
+  CHECK(sum == doctest::Approx(0.5 * 699 * 700 / 2));
+  // Liveness: a peer that marks itself failed is seen at once.
+  CHECK(!l0.peer_gone());
+  b.bell().failed.store(2, std::memory_order_release);
+  CHECK(l0.peer_gone());
+}
+
+TEST_CASE("links: TCP link writes queued frames without blocking and reports its peer's close") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  tcp_link l0, l1;
+  l0.attach(sv[0]);
+  l1.attach(sv[1]);
+  // More than the socket buffers hold: pump stops when the kernel is full, resumes after reads.
+  const auto big = pattern(std::size_t{8} << 20, 3);
+  const auto small = pattern(100, 4);
+  l0.post(header_for(1, big.size()), big.data(), big.size());
+  l0.post(header_for(2, small.size()), small.data(), small.size());
+  std::size_t done = 0;
+  CHECK(l0.pump(done) == 0);
+  CHECK(done < 2);
+  std::vector<std::byte> in;
+  std::vector<std::byte> buf(1 << 16);
+  const std::size_t total = 2 * sizeof(frame_header) + big.size() + small.size();
+  for (int rounds = 0; in.size() < total; ++rounds) {
+    REQUIRE(rounds < 100000);
+    const ssize_t r = l1.read_some(buf.data(), buf.size());
+    if (r > 0) in.insert(in.end(), buf.begin(), buf.begin() + r);
+    else REQUIRE(l0.pump(done) == 0);
+  }
+  CHECK(done == 2);
+  CHECK(l0.q.empty());
+  frame_header h1, h2;
+  std::memcpy(&h1, in.data(), sizeof h1);
+  CHECK(h1.seq == 1);
+  CHECK(h1.bytes == big.size());
+  CHECK(std::memcmp(in.data() + sizeof h1, big.data(), big.size()) == 0);
+  std::memcpy(&h2, in.data() + sizeof h1 + big.size(), sizeof h2);
+  CHECK(h2.seq == 2);
+  CHECK(std::memcmp(in.data() + 2 * sizeof h1 + big.size(), small.data(), small.size()) == 0);
+  // A header and its payload read in one call, never past the expected message.
+  l0.post(header_for(3, 16), small.data(), 16);
+  l0.post(header_for(4, 16), small.data(), 16);
+  CHECK(l0.pump(done) == 0);
+  frame_header h3{};
+  std::byte payload[16];
+  ssize_t r = l1.read_header_some(h3, 0, payload, sizeof payload);
+  REQUIRE(r == static_cast<ssize_t>(sizeof h3 + 16));
+  CHECK(h3.seq == 3);
+  CHECK(std::memcmp(payload, small.data(), 16) == 0);
+  CHECK(l1.peek(&h3, sizeof h3) == static_cast<ssize_t>(sizeof h3));
+  CHECK(h3.seq == 4);
+  // Liveness: quiet while open, gone once the peer closes.
+  std::byte rest[sizeof(frame_header) + 16];
+  CHECK(l1.read_some(rest, sizeof rest) == static_cast<ssize_t>(sizeof rest));
+  CHECK(!l1.peer_gone());
+  l0.close();
+  CHECK(!l0.connected());
+  CHECK(l1.peer_gone());
+  // Writing to a closed peer is an error the mesh turns into a lost peer, not a hang.
+  l1.post(header_for(5, 4), small.data(), 4);
+  int err = 0;
+  for (int i = 0; i < 10 && err == 0; ++i) err = l1.pump(done);
+  CHECK(err != 0);
+}
