@@ -109,8 +109,9 @@ struct hierarchical {
     const double H = hosts, L = local;
     const std::size_t J = slices(bytes, local, intra.segment_bytes);
     const double s = static_cast<double>(bytes) / static_cast<double>(J);  // one slice
-    const double a = ring::allreduce_us(world_shape(static_cast<std::size_t>(s), local), intra);
-    const double b = ring::allreduce_us(world_shape(static_cast<std::size_t>(s / L), hosts), inter) +
+    // A level of one rank costs nothing (a local copy).
+    const double a = local <= 1 ? 0.0 : ring::allreduce_us(world_shape(static_cast<std::size_t>(s), local), intra);
+    const double b = (hosts <= 1 ? 0.0 : ring::allreduce_us(world_shape(static_cast<std::size_t>(s / L), hosts), inter)) +
                      (L - 1) * 2 * (H - 1) / H * (s / L) * inter.beta_us_per_byte;
     return a + b + static_cast<double>(J - 1) * std::max(a, b);
   }

@@ -55,6 +55,13 @@ concept allreduce_algorithm_model = algorithm<A> && requires(const world_shape& 
 };
 
 namespace detail {
+/// True for an algorithm that only exists across hosts (`A::across_hosts_only` true).
+template <class A>
+constexpr bool across_hosts_only() noexcept {
+  if constexpr (requires { A::across_hosts_only; }) return bool(A::across_hosts_only);
+  else return false;
+}
+
 template <std::size_t I, class H, class... T>
 struct nth_type {
   using type = typename nth_type<I - 1, T...>::type;

@@ -40,11 +40,11 @@ struct automatic {
 namespace detail {
 template <class... A>
 constexpr auto flat_ids(registry<A...>*) noexcept {
-  constexpr std::size_t n = ((requires { A::across_hosts_only; } ? 0 : 1) + ...);
+  constexpr std::size_t n = ((across_hosts_only<A>() ? 0 : 1) + ...);
   std::array<allreduce_id, n> ids{};
   std::size_t k = 0;
   allreduce_registry::for_each([&](auto a, allreduce_id id) {
-    if constexpr (!requires { decltype(a)::across_hosts_only; }) ids[k++] = id;
+    if constexpr (!across_hosts_only<decltype(a)>()) ids[k++] = id;
   });
   return ids;
 }
@@ -324,7 +324,7 @@ inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& l
   allreduce_registry::for_each([&](auto a, allreduce_id id) {  // ties keep the earlier entry of the list
     using A = decltype(a);
     double t = 0;
-    if constexpr (requires { A::across_hosts_only; }) {
+    if constexpr (detail::across_hosts_only<A>()) {
       if (!multi_host) return;
       const auto h = A::allreduce_hosts_us(bytes, *topo, intra, network);
       if (!h) return;

@@ -70,7 +70,7 @@ class job_key {
   }
   /// `GSYNC_JOB_KEY`, or none. Logs a warning (once per process) when there is none.
   static job_key from_env() {
-    auto v = detail::env("GSYNC_JOB_KEY");
+    auto v = detail::env_job_key();
     if (!v || v->empty()) {
       static std::atomic<bool> warned{false};  // once per process (ranks may join from several threads at once)
       if (!warned.exchange(true, std::memory_order_relaxed)) {

@@ -23,7 +23,7 @@ namespace gsync::bootstrap {
 /// GSYNC_HOST_ID if set, else computed. Never empty.
 inline std::string host_id(const std::string& override_id = {}) {
   if (!override_id.empty()) return override_id;
-  if (auto h = detail::env("GSYNC_HOST_ID"); h && !h->empty()) return *h;
+  if (auto h = detail::env_host_id(); h && !h->empty()) return *h;
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
   std::string id = name[0] ? name : "unknown-host";

@@ -98,9 +98,11 @@ concept counting_transport = transport_policy<X> && requires(const X& x) {
 
 /// A transport that says what its links between ranks of one host cost (`x.local_costs()`, a
 /// `link_costs`, core/cost_model.hpp), as its link types declare it (`link_traits<L>::costs`):
-/// the automatic choice of algorithms prices the schedules with it. The TCP / shared-memory
-/// transport reports its shared-memory link's costs when it uses shared memory, its TCP link's
-/// otherwise; the in-process transport its own. A transport may instead declare
+/// the automatic choice of algorithms prices the schedules with it. It must be the same on every
+/// rank of a job (ranks that price differently choose different schedules and fail with
+/// errc::mismatch). The TCP / shared-memory transport reports its shared-memory link's costs where
+/// shared memory carries the same-host pairs, its TCP link's otherwise; the in-process transport
+/// its own. A transport may instead declare
 /// `transport_traits<X>::local_costs`; one that does neither is priced as loopback TCP, and says so
 /// (`local_costs_of`).
 template <class X>
@@ -135,12 +137,16 @@ concept link = std::movable<L> && requires(L& l, const L& cl, const typename L::
 /// memory; transport/links/). Every link type specializes it with
 /// - `costs`: its `link_costs` (the cost model of a message over it, and whether the two ranks
 ///   share memory);
-/// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging.
+/// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging
+///   (what a mesh of such links states in its `transport_traits`; both links today move host
+///   memory only, the default).
 /// \tparam L a link type.
 template <class L>
 struct link_traits;
 
-/// Compile-time capabilities of a transport. Specialize for a transport that has more (or less).
+/// Compile-time capabilities of a transport. Specialize for a transport that has more (or less);
+/// deriving the specialization from `transport_traits<void>` keeps the defaults of what it does
+/// not say.
 /// The memory spaces read them (`moves` below): a space names the capability it needs.
 /// \tparam X a transport type.
 template <class X>
@@ -219,7 +225,11 @@ link_costs local_costs_of(const X& x) noexcept {
     return transport_traits<X>::local_costs;
   } else {
     link_costs c;
-    c.name = x.name();
+    using N = decltype(x.name());  // keep a view only of a name that outlives the call
+    if constexpr (std::is_lvalue_reference_v<N> || std::is_pointer_v<N> || std::is_same_v<std::remove_cv_t<N>, std::string_view>)
+      c.name = x.name();
+    else
+      c.name = "transport";
     c.declared = false;
     return c;
   }

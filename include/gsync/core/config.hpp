@@ -1,14 +1,20 @@
 #pragma once
 /// \file
-/// Reading configuration from the environment: the GSYNC_* variables of the communicator and of the
-/// transport are parsed here, with errors that name the variable and the value. What a program
-/// passes explicitly (a `config` it fills, `transport::tcp_options`) is used as given: the
-/// environment is read only by the `from_env` functions.
+/// Reading configuration from the environment: the one place the process's environment is read.
+/// The GSYNC_* variables of the communicator and of the transport are parsed into `config` and
+/// `transport::tcp_options`, with errors that name the variable and the value; the process-wide
+/// switches (logging, tracing, clock, CPU paths), the identity and the launchers' variables are
+/// read by the `env_*` functions below, which the files that use them call. What a program passes
+/// explicitly (a `config` it fills, `transport::tcp_options`, a `bootstrap::launch_info`) is used
+/// as given: the environment is read only by the `from_env` functions.
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "gsync/core/error.hpp"
 #include "gsync/transport/tcp_options.hpp"
@@ -85,6 +91,97 @@ inline double env_positive(const char* name) {
   if (!v) return 0;
   if (auto x = parse_positive(*v)) return *x;
   throw error(errc::invalid_argument, std::string(name) + "='" + *v + "' is not a positive number");
+}
+
+/// GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US (0 where unset; invalid_argument on garbage): the
+/// links between hosts as the user describes them (core/links.hpp).
+inline std::pair<double, double> env_net_rates() { return {env_positive("GSYNC_NET_GBPS"), env_positive("GSYNC_NET_LATENCY_US")}; }
+
+/// GSYNC_DEBUG (log verbosity, parsed in core/log.hpp, once per process).
+inline std::optional<std::string> env_debug_level() { return env("GSYNC_DEBUG"); }
+/// GSYNC_DEBUG_FILE (per-rank log file template, core/log.hpp).
+inline std::optional<std::string> env_debug_file() { return env("GSYNC_DEBUG_FILE"); }
+/// GSYNC_TRACE (per-rank trace file template, core/trace.hpp).
+inline std::optional<std::string> env_trace() { return env("GSYNC_TRACE"); }
+/// GSYNC_JOB_KEY (the job's shared secret, bootstrap/auth.hpp).
+inline std::optional<std::string> env_job_key() { return env("GSYNC_JOB_KEY"); }
+/// GSYNC_HOST_ID (this process's host identity, bootstrap/host_id.hpp).
+inline std::optional<std::string> env_host_id() { return env("GSYNC_HOST_ID"); }
+
+/// True when `name` is set to something other than "" or "0". Allocation-free.
+inline bool env_set_nonzero(const char* name) noexcept {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+/// GSYNC_TICK_CLOCK=0: time with the steady clock, not the time-stamp counter (detail/tick_clock.hpp).
+inline bool env_tick_clock_off() noexcept {
+  const char* v = std::getenv("GSYNC_TICK_CLOCK");
+  return v && std::strcmp(v, "0") == 0;
+}
+/// GSYNC_NO_AVX2: the reduction loops leave their 256-bit paths off (core/cpu_features.hpp).
+inline bool env_no_avx2() noexcept { return env_set_nonzero("GSYNC_NO_AVX2"); }
+/// GSYNC_NO_F16C: half-precision conversions leave F16C off (core/half_simd.hpp).
+inline bool env_no_f16c() noexcept { return env_set_nonzero("GSYNC_NO_F16C"); }
+
+/// What the launcher told this process (bootstrap::launch_info::from_env copies it).
+struct launch_env {
+  int rank = 0, size = 1, local_rank = 0, local_size = 0;
+  std::string source;       // which launcher's variables were found; empty: none
+  std::string host_id;      // GSYNC_HOST_ID
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 29500;
+};
+
+/// Reads rank, world size, local rank and the store's address from whichever launcher started the
+/// process, in this order: gsync (GSYNC_RANK, GSYNC_WORLD_SIZE, GSYNC_LOCAL_RANK,
+/// GSYNC_LOCAL_WORLD_SIZE), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI
+/// (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); the store at
+/// GSYNC_MASTER_ADDR / GSYNC_MASTER_PORT, else MASTER_ADDR / MASTER_PORT, else 127.0.0.1 and
+/// 29500, or under Open MPI a port derived from the job id. `source` stays empty when no
+/// launcher's variables are there; invalid_argument when they are inconsistent.
+inline launch_env read_launch_env() {
+  struct scheme { const char* name; const char* rank; const char* size; const char* local; const char* local_size; };
+  static constexpr scheme schemes[] = {
+      {"gsync", "GSYNC_RANK", "GSYNC_WORLD_SIZE", "GSYNC_LOCAL_RANK", "GSYNC_LOCAL_WORLD_SIZE"},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+  };
+  launch_env li;
+  for (const auto& s : schemes) {
+    if (!env(s.rank) || !env(s.size)) continue;
+    li.size = static_cast<int>(*env_int(s.size, 1, 1 << 24));
+    li.rank = static_cast<int>(*env_int(s.rank, 0, li.size - 1));
+    auto lr = env_int(s.local, 0, li.size - 1);
+    li.local_rank = lr ? static_cast<int>(*lr) : li.rank;
+    if (s.local_size)
+      if (auto ls = env_int(s.local_size, 1, li.size)) li.local_size = static_cast<int>(*ls);
+    li.source = s.name;
+    break;
+  }
+  if (li.source.empty()) return li;
+  if (auto h = env_host_id()) li.host_id = *h;
+  if (auto a = env("GSYNC_MASTER_ADDR")) li.master_addr = *a;
+  else if (auto m = env("MASTER_ADDR")) li.master_addr = *m;
+  if (auto p = env_int("GSYNC_MASTER_PORT", 1, 65535)) li.master_port = static_cast<std::uint16_t>(*p);
+  else if (auto q = env_int("MASTER_PORT", 1, 65535)) li.master_port = static_cast<std::uint16_t>(*q);
+  else if (li.source == "Open MPI") {
+    // A port in [20000, 32768) from the Open MPI job identity (same on every rank of the job):
+    // below Linux's default range of ephemeral ports (32768-60999), so that a connection another
+    // program happens to have open on this host does not hold the store's port.
+    std::string id;
+    for (const char* v : {"OMPI_MCA_orte_precondition_transports", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
+      if (auto x = env(v)) {
+        id = *x;
+        break;
+      }
+    if (!id.empty()) {
+      std::uint32_t h = 2166136261u;  // FNV-1a
+      for (unsigned char ch : id) h = (h ^ ch) * 16777619u;
+      li.master_port = static_cast<std::uint16_t>(20000 + h % 12768);
+    }
+  }
+  return li;
 }
 
 /// The transport settings of the GSYNC_* variables, over `o` where a variable is unset. Every

@@ -5,8 +5,8 @@
 ///
 /// A message of s bytes costs alpha + s beta on its link, and combining s bytes costs s gamma.
 /// The constants belong to the links, not to the algorithms: each link type declares its model
-/// (transport/shm.hpp, transport/tcp_options.hpp), a transport reports the model of the links
-/// its ranks of one host use (`link_costs`), and the links between hosts are measured at start-up
+/// (transport/links/shm_link.hpp, transport/links/tcp_link.hpp), a transport reports the model of
+/// the links its ranks of one host use (`link_costs`), and the links between hosts are measured at start-up
 /// (core/links.hpp). The algorithms carry the formulas (algo/ring.hpp, ...), written over the
 /// quantities of `world_shape`. The only name compared anywhere is the user's GSYNC_ALGO.
 
@@ -71,9 +71,9 @@ struct cost_model {
 struct link_costs {
   std::string_view name = "tcp";          ///< the links' name, for logs and reasons only
   cost_model model = cost_model::tcp_loopback();  ///< cost of a message between ranks of one host
-  /// Ranks of one host exchange through memory they share: the measured table for ranks that
-  /// outnumber the cores (algo/select.hpp `cores_shared_table`) applies, and across hosts the
-  /// intra-host steps take this model with the probe's measured per-message time.
+  /// Ranks of one host exchange through memory they share: on one host whose ranks outnumber its
+  /// cores, the measured table of algo/select.hpp (`cores_shared_table`) applies. (Across hosts the
+  /// intra-host steps take `model`, with the probe's measured per-message time.)
   bool shared_memory = false;
   bool declared = true;  ///< false: the transport declared nothing and this is the assumed default
 };

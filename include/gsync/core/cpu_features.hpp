@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gsync/core/config.hpp"
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 /// 1 when this compiler can build AVX2 copies of loops and choose them at run time.
@@ -34,13 +36,6 @@
 #endif
 
 namespace gsync::detail {
-
-/// True when the environment variable `name` is set to something other than "" or "0" (the
-/// GSYNC_NO_* switches that turn a wide code path off).
-inline bool env_switched_off(const char* name) noexcept {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
 
 /// True when the CPU has AVX and the OS saves the YMM registers (CPUID leaf 1 ECX bits 28 AVX
 /// and 27 OSXSAVE, XCR0 bits 1 and 2): the base of every 256-bit path. `ecx1` receives leaf 1's
@@ -65,7 +60,7 @@ inline bool avx_state_usable([[maybe_unused]] unsigned* ecx1 = nullptr) noexcept
 inline bool avx2_available() noexcept {
 #if GSYNC_HAVE_AVX2_PATH
   static const bool ok = [] {
-    if (env_switched_off("GSYNC_NO_AVX2") || !avx_state_usable()) return false;
+    if (env_no_avx2() || !avx_state_usable()) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     return (ebx & (1u << 5)) != 0;

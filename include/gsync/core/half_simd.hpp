@@ -44,7 +44,7 @@ inline bool f16c_available() noexcept {
   // F16C is CPUID leaf 1 ECX bit 29, on top of usable AVX state (core/cpu_features.hpp).
   static const bool ok = [] {
     unsigned ecx = 0;
-    return !env_switched_off("GSYNC_NO_F16C") && avx_state_usable(&ecx) && (ecx & (1u << 29)) != 0;
+    return !env_no_f16c() && avx_state_usable(&ecx) && (ecx & (1u << 29)) != 0;
   }();
   return ok;
 #else

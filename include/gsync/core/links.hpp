@@ -67,7 +67,8 @@ inline link_estimate override_links(link_estimate base, const std::optional<std:
 /// `override_links(base, ...)` of the variables GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US (parsed in
 /// core/config.hpp).
 inline link_estimate override_links_from_env(link_estimate base = {}) {
-  return override_links(base, env_positive("GSYNC_NET_GBPS"), env_positive("GSYNC_NET_LATENCY_US"));
+  const auto [gbps, latency_us] = env_net_rates();
+  return override_links(base, gbps, latency_us);
 }
 
 }  // namespace detail

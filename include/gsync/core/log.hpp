@@ -33,7 +33,7 @@ namespace detail {
 /// Parses GSYNC_DEBUG once per process (any case; unknown values fall back to WARN with a warning).
 inline log_level log_level_from_env() {
   static const log_level lvl = [] {
-    auto v = env("GSYNC_DEBUG");
+    auto v = env_debug_level();
     if (!v) return log_level::warn;
     std::string s;
     for (char ch : *v) s += static_cast<char>(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
@@ -78,7 +78,7 @@ inline std::string expand_rank_path(std::string_view tmpl, std::string_view rank
 
 /// The descriptor rank `rank`'s messages go to: 2 (stderr), or its GSYNC_DEBUG_FILE (see file comment).
 inline int log_fd(int rank) {
-  static const std::optional<std::string> tmpl = env("GSYNC_DEBUG_FILE");
+  static const std::optional<std::string> tmpl = env_debug_file();
   if (!tmpl || tmpl->empty()) return 2;
   static std::mutex m;
   static std::vector<std::pair<int, int>> fds;  // (rank, descriptor): a few entries per process

@@ -39,7 +39,10 @@ struct host_memory {
   /// Transport X can move host buffers when its traits say so (every transport by default).
   /// \tparam X a transport.
   template <class X>
-  static constexpr bool moved_by = transport_traits<X>::supports_host_memory;
+  static constexpr bool moved_by = [] {
+    if constexpr (requires { transport_traits<X>::supports_host_memory; }) return bool(transport_traits<X>::supports_host_memory);
+    else return true;  // a specialization that does not say keeps the default
+  }();
 };
 static_assert(memory_space<host_memory>);
 

@@ -185,7 +185,7 @@ class trace_writer {
   /// GSYNC_DEBUG_FILE says otherwise) and nullptr. Throws invalid_argument for a negative rank.
   static std::shared_ptr<trace_writer> from_env(int rank) {
     check_rank(rank);
-    auto tmpl = detail::env("GSYNC_TRACE");
+    auto tmpl = detail::env_trace();
     if (!tmpl) return nullptr;
     const std::string path = detail::trace_path_for_rank(*tmpl, rank);
     try {

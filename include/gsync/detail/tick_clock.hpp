@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gsync/core/config.hpp"
+
 #if defined(__x86_64__) && defined(__linux__)
 // __builtin_ia32_rdtsc: the compiler's own, without the intrinsics headers (60,000 lines) in every user file.
 #define GSYNC_TICK_CLOCK_TSC 1
@@ -62,7 +64,7 @@ class tick_clock {
   static bool usable() noexcept {
 #if GSYNC_TICK_CLOCK_TSC
     static const bool ok = [] {
-      if (const char* e = std::getenv("GSYNC_TICK_CLOCK"); e && std::strcmp(e, "0") == 0) return false;
+      if (env_tick_clock_off()) return false;
       std::FILE* f = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
       if (!f) return false;
       char buf[32] = {};

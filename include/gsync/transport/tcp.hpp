@@ -54,8 +54,9 @@ class tcp {
   int size() const noexcept { return size_; }  ///< world size
   /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
   std::string_view name() const noexcept { return name_; }
-  /// What the links between ranks of this host cost (`costed_transport`): the shared-memory
-  /// link's model when shared memory is used, the TCP link's otherwise (transport/links/).
+  /// What the links between ranks of one host cost (`costed_transport`), the same on every rank:
+  /// the shared-memory link's model where shared memory carries same-host pairs, the TCP link's
+  /// otherwise (transport/mesh/host_mesh.hpp says exactly when).
   const link_costs& local_costs() const noexcept { return *local_; }
   /// Which rank runs on which host (from every rank's host identity), and the measured links.
   const topology& topo() const noexcept { return *topo_; }

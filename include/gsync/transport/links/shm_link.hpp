@@ -28,6 +28,11 @@ namespace gsync::transport {
 class shm_link {
  public:
   using frame = frame_header;  ///< what `post` takes
+  shm_link() = default;
+  shm_link(const shm_link&) = delete;  // one reader position per ring
+  shm_link& operator=(const shm_link&) = delete;
+  shm_link(shm_link&&) = default;
+  shm_link& operator=(shm_link&&) = default;
   /// Bytes published per ring update while copying a large payload in.
   static constexpr std::size_t chunk = 64 << 10;
 

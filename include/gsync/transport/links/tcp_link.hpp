@@ -29,8 +29,8 @@ class tcp_link {
  public:
   using frame = frame_header;  ///< what `post` takes
   tcp_link() = default;
-  tcp_link(tcp_link&& o) noexcept : q(std::move(o.q)), fd_(std::exchange(o.fd_, -1)), closed_(o.closed_) {}
-  tcp_link& operator=(tcp_link&& o) noexcept {
+  tcp_link(tcp_link&& o) : q(std::move(o.q)), fd_(std::exchange(o.fd_, -1)), closed_(o.closed_) {}
+  tcp_link& operator=(tcp_link&& o) {
     if (this != &o) close(), q = std::move(o.q), fd_ = std::exchange(o.fd_, -1), closed_ = o.closed_;
     return *this;
   }

@@ -115,10 +115,11 @@ class host_mesh {
 
   int rank() const noexcept { return rank_; }                  ///< this rank
   int size() const noexcept { return size_; }                  ///< world size
-  /// Transport name for logs and algorithm selection: "tcp", "shm" (every peer on this host) or "shm+tcp".
+  /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
   std::string_view name() const noexcept { return name_; }
-  /// What the links between ranks of this host cost: the shared-memory link's model when this
-  /// rank reaches peers through shared memory, the TCP link's otherwise (transport/links/).
+  /// What the links between ranks of one host cost, the same on every rank of the job: the
+  /// shared-memory link's model when the job runs on one host and every pair uses shared memory,
+  /// or spans hosts with shared memory on; the TCP link's otherwise (transport/links/).
   const link_costs& local_costs() const noexcept { return local_costs_; }
   /// Ranks on this host (including this one), from the host identities.
   int local_size() const noexcept { return local_size_; }

@@ -91,7 +91,12 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
     if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = machine_oversubscribed && nshm == 0 ? 50 : 0;
     name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
-    local_costs_ = nshm > 0 ? link_traits<shm_link>::costs : link_traits<tcp_link>::costs;
+    // What the automatic choice prices a same-host hop with must be the same on every rank, or the
+    // ranks choose different schedules: on one host, shared memory only when every pair uses it
+    // (a rank whose segment failed leaves every rank with a TCP peer); across hosts, what the
+    // options say (the same on every rank), whatever pairs fell back to TCP.
+    const bool shm_costs = topo_.hosts() > 1 ? opt_.shm : nshm > 0 && ntcp == 0;
+    local_costs_ = shm_costs ? link_traits<shm_link>::costs : link_traits<tcp_link>::costs;
     local_costs_.name = name_;
     log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
               std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
