@@ -23,6 +23,7 @@
 #include <doctest/doctest.h>
 #include <gsync/gsync.hpp>
 
+#include "support/failures.hpp"
 #include "support/mailbox_transport.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
@@ -198,15 +199,7 @@ void reduce_scatter(gsync::communicator<X>& comm, test_view<const T> in, test_vi
   gsync::detail::reduce_scatter_impl<Algo, space>(comm, in.data(), out.data(), out.size(), op);
 }
 
-/// Failures found by the ranks of a world (any thread).
-struct found {
-  std::mutex m;
-  std::vector<std::string> list;
-  void add(std::string s) {
-    std::lock_guard lk(m);
-    if (list.size() < 20) list.push_back(std::move(s));
-  }
-};
+using found = gsync_test::failures;  // failure messages from the ranks of a world (any thread)
 
 /// One allreduce of `count` elements through the toy space, in place or not, checked elementwise.
 template <class Algo, class T, class Op, class Comm>
