@@ -97,7 +97,7 @@ out=$(GSYNC_ALGO=hierarchical GSYNC_DEBUG=INFO bash "$nc" run "$id" --timeout-s 
   { echo "$out"; fail "gsync_mp_check with GSYNC_ALGO=hierarchical failed on 2 hosts x 3 ranks"; }
 grep "connected to" <<<"$out" || true
 [[ $(grep -c "all results correct" <<<"$out") == 6 ]] || { echo "$out"; fail "hierarchical 2x3: expected 6 ranks reporting correct results"; }
-grep -q "2 through shared memory, 3 over TCP" <<<"$out" || { echo "$out"; fail "2x3: expected each rank to reach 2 peers by shared memory and 3 by TCP"; }
+grep -q "connected to 5 peers: 2 over shm, 3 over tcp" <<<"$out" || { echo "$out"; fail "2x3: expected each rank to reach 2 peers by shared memory and 3 by TCP"; }
 down "$id"
 
 echo "== 3 hosts x 1 rank, 1000 Mbit/s"

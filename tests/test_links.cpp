@@ -13,8 +13,10 @@
 #include <vector>
 
 #include <gsync/core/concepts.hpp>
+#include <gsync/transport/links/link_list.hpp>
 #include <gsync/transport/links/shm_link.hpp>
 #include <gsync/transport/links/tcp_link.hpp>
+#include <gsync/transport/mesh/host_mesh.hpp>
 
 using gsync::transport::frame_header;
 using gsync::transport::shm_link;
@@ -133,7 +135,7 @@ TEST_CASE("links: TCP link writes queued frames without blocking and reports its
   l0.post(header_for(1, big.size()), big.data(), big.size());
   l0.post(header_for(2, small.size()), small.data(), small.size());
   std::size_t done = 0;
-  CHECK(l0.pump(done) == 0);
+  CHECK(l0.pump(done).err == 0);
   CHECK(done < 2);
   std::vector<std::byte> in;
   std::vector<std::byte> buf(1 << 16);
@@ -142,7 +144,7 @@ TEST_CASE("links: TCP link writes queued frames without blocking and reports its
     REQUIRE(rounds < 100000);
     const ssize_t r = l1.read_some(buf.data(), buf.size());
     if (r > 0) in.insert(in.end(), buf.begin(), buf.begin() + r);
-    else REQUIRE(l0.pump(done) == 0);
+    else REQUIRE(l0.pump(done).err == 0);
   }
   CHECK(done == 2);
   CHECK(l0.q.empty());
@@ -157,7 +159,7 @@ TEST_CASE("links: TCP link writes queued frames without blocking and reports its
   // A header and its payload read in one call, never past the expected message.
   l0.post(header_for(3, 16), small.data(), 16);
   l0.post(header_for(4, 16), small.data(), 16);
-  CHECK(l0.pump(done) == 0);
+  CHECK(l0.pump(done).err == 0);
   frame_header h3{};
   std::byte payload[16];
   ssize_t r = l1.read_header_some(h3, 0, payload, sizeof payload);
@@ -176,6 +178,117 @@ TEST_CASE("links: TCP link writes queued frames without blocking and reports its
   // Writing to a closed peer is an error the mesh turns into a lost peer, not a hang.
   l1.post(header_for(5, 4), small.data(), 4);
   int err = 0;
-  for (int i = 0; i < 10 && err == 0; ++i) err = l1.pump(done);
+  for (int i = 0; i < 10 && err == 0; ++i) err = l1.pump(done).err;
   CHECK(err != 0);
+}
+
+// The concept's receive calls, written once in the mesh for every link type (link_path.ipp):
+// a frame read through try_header / try_payload / end_read over either link, byte for byte,
+// with a header that arrives in pieces (TCP) and a peek that does not consume.
+namespace {
+
+template <class L>
+std::vector<std::byte> read_frame(L& rx, L& tx, frame_header& h, std::size_t n) {
+  std::vector<std::byte> dst(n);
+  std::size_t got = 0, done = 0;
+  for (int rounds = 0;; ++rounds) {
+    REQUIRE(rounds < 100000);
+    const gsync::link_io io = rx.try_header(h, dst.data(), n);
+    REQUIRE(io.err == 0);
+    if (io.done) {
+      got = io.bytes;
+      break;
+    }
+    tx.pump(done);
+  }
+  REQUIRE(got <= n);
+  for (int rounds = 0; got < n; ++rounds) {
+    REQUIRE(rounds < 100000);
+    const gsync::link_io io = rx.try_payload(dst.data() + got, n - got, 1, nullptr);
+    REQUIRE(io.err == 0);
+    got += io.bytes;
+    if (io.bytes == 0) tx.pump(done);
+  }
+  rx.end_read();
+  return dst;
+}
+
+}  // namespace
+
+TEST_CASE("links: the concept's receive calls read frames over both link types") {
+  const auto src = pattern(5000, 9);
+  SUBCASE("tcp") {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    tcp_link l0, l1;
+    l0.attach(sv[0]);
+    l1.attach(sv[1]);
+    frame_header h{};
+    std::byte none[1];
+    CHECK(!l1.try_header(h, none, 0).done);  // nothing yet: not done, no error
+    CHECK(!l1.peek_header(h));
+    // Half a header, then the rest with the payload: the header's bytes are kept across calls.
+    const frame_header sent = header_for(7, src.size());
+    REQUIRE(::send(sv[0], &sent, 10, 0) == 10);
+    CHECK(!l1.try_header(h, none, 0).done);
+    CHECK(!l1.peek_header(h));  // mid-header: no frame to peek at
+    REQUIRE(::send(sv[0], reinterpret_cast<const char*>(&sent) + 10, sizeof sent - 10, 0) == static_cast<ssize_t>(sizeof sent - 10));
+    REQUIRE(::send(sv[0], src.data(), src.size(), 0) == static_cast<ssize_t>(src.size()));
+    const auto dst = read_frame(l1, l0, h, src.size());
+    CHECK(h.seq == 7);
+    CHECK(dst == src);
+    // A peek leaves the frame where it is.
+    std::size_t done = 0;
+    l0.post(header_for(8, 16), src.data(), 16);
+    l0.pump(done);
+    frame_header p{};
+    REQUIRE(l1.peek_header(p));
+    CHECK(p.seq == 8);
+    CHECK(read_frame(l1, l0, h, 16) == std::vector<std::byte>(src.begin(), src.begin() + 16));
+    CHECK(h.seq == 8);
+    // The peer's close is an error of the read, not "nothing yet".
+    l0.close();
+    CHECK(l1.try_header(h, none, 0).err == gsync::link_io::closed);
+  }
+  SUBCASE("shm") {
+    const std::string name = "/gsync-test-links-io-" + std::to_string(::getpid());
+    constexpr std::size_t ring = 4096;
+    auto a = gsync::transport::shm::segment::create(name + "-a", 2, ring);
+    auto b = gsync::transport::shm::segment::create(name + "-b", 2, ring);
+    a.unlink();
+    b.unlink();
+    shm_link l0, l1;
+    l0.attach(&b.ctl(0), b.data(0), ring, &a.ctl(1), a.data(1), ring, &b.bell());
+    l1.attach(&a.ctl(1), a.data(1), ring, &b.ctl(0), b.data(0), ring, &a.bell());
+    frame_header h{};
+    CHECK(!l1.try_header(h, nullptr, 0).done);
+    CHECK(!l1.peek_header(h));
+    l0.post(header_for(7, src.size()), src.data(), src.size());  // larger than the ring: several pumps
+    const auto dst = read_frame(l1, l0, h, src.size());
+    CHECK(h.seq == 7);
+    CHECK(dst == src);
+    std::size_t done = 0;
+    CHECK(l0.post_direct(header_for(8, 16), src.data(), 16));  // room, nothing queued: at once
+    frame_header p{};
+    REQUIRE(l1.peek_header(p));
+    CHECK(p.seq == 8);
+    CHECK(read_frame(l1, l0, h, 16) == std::vector<std::byte>(src.begin(), src.begin() + 16));
+    CHECK(h.seq == 8);
+    CHECK(l0.pump(done).err == 0);
+  }
+}
+
+// The mesh's list: positions, names and waits in the order given; `visit` reaches the link at a
+// position with its static type.
+TEST_CASE("links: link_list orders the link types and dispatches to one by position") {
+  using list = gsync::transport::link_list<shm_link, tcp_link>;
+  static_assert(list::size == 2);
+  static_assert(list::index_of<shm_link> == 0 && list::index_of<tcp_link> == 1);
+  static_assert(list::names[0] == "shm" && list::names[1] == "tcp");
+  static_assert(list::waits[0] == gsync::link_wait::doorbell && list::waits[1] == gsync::link_wait::descriptor);
+  list::links both;
+  auto name_at = [&](std::size_t i) { return list::visit(i, both, [](auto& l) { return std::string(std::remove_cvref_t<decltype(l)>::name); }); };
+  CHECK(name_at(0) == "shm");
+  CHECK(name_at(1) == "tcp");
+  CHECK(std::is_same_v<gsync::transport::host_mesh::links, list>);
 }

@@ -110,25 +110,58 @@ concept costed_transport = transport_policy<X> && requires(const X& x) {
   { x.local_costs() } -> std::convertible_to<link_costs>;
 };
 
+/// What one non-blocking operation of a link did (the `link` concept below).
+struct link_io {
+  std::size_t bytes = 0;  ///< payload bytes taken (receiving) or bytes handed over (`pump`)
+  bool done = false;      ///< `try_header`: the frame header is complete
+  int err = 0;            ///< 0, `link_io::closed` (the peer closed its end), or an errno: the link is lost
+  static constexpr int closed = -1;  ///< `err` when the peer closed its end of the link
+};
+
+/// How a mesh waits for a link (`link_traits<L>::wait`).
+/// - `descriptor`: the link has a file descriptor, `l.fd()`, that poll(2) reports readable when
+///   data or a close arrives and writable when queued frames can move (TCP; an RDMA completion
+///   channel would be one too).
+/// - `doorbell`: the link lives in memory both ranks map; `l.ready()` says, without a system
+///   call, whether the pending read can go on, the peer rings this rank's doorbell (its futex word,
+///   transport/shm.hpp) when it writes or frees room, `l.peer_failed()` reads the peer's `failed`
+///   word and `l.wake_peer_strong()` rings the peer's doorbell (shared memory).
+enum class link_wait : std::uint8_t { descriptor, doorbell };
+
 /// A link: the data path between this rank and one peer over one medium (TCP, shared memory;
 /// transport/links/), as a mesh composes them (transport/mesh/: one link per peer carries its
-/// data, picked at set-up as the first type that connects the pair). Every operation returns at
-/// once; the mesh does the waiting (spin, yield, poll or a doorbell) and the failure protocol.
-/// - `l.post(frame, bytes, n)` posts a frame (`L::frame`: header with the message's identity and
-///   size); the bytes stay the caller's until the link has handed them over;
+/// data, picked at set-up as the first type in the mesh's list that connects the pair). Every
+/// operation returns at once; the mesh does the waiting (spin, yield, poll or a doorbell, as
+/// `link_traits<L>::wait` says) and the failure protocol.
+/// - `L::name`: the medium's name in logs ("tcp", "shm");
+/// - `l.post(frame, bytes, n)` queues a frame (`L::frame`: header with the message's identity
+///   and size); the bytes stay the caller's until the link has handed them over;
+///   `l.post_direct(frame, bytes, n)` hands it over at once when the medium takes it whole and
+///   nothing is queued, else returns false without doing anything;
 /// - `l.pump(done)` makes progress: hands queued frames over as far as the medium takes them now,
 ///   adding the frames completed to `done`; `l.q` holds those not yet handed over;
-/// - receiving is the link's own shape, as its medium allows: TCP reads its byte stream into the
-///   caller's buffer (or the mesh's staging buffer, for a reduction); shared memory hands a
-///   reduction the pieces of the ring itself, so it reads the peer's bytes where they lie;
+/// - receiving, one frame at a time: `l.try_header(h, dst, n)` takes the next frame's header
+///   (partial progress is kept; `done` once whole), and may take up to `n` payload bytes into
+///   `dst` with it (`bytes`); `l.try_payload(dst, want, align, consume)` takes what is there of
+///   the payload, copied to `dst`, or, when `link_traits<L>::reads_in_place`, handed to
+///   `*consume` where it lies in pieces that are multiples of `align`; `l.end_read()` ends the
+///   frame; `l.peek_header(h)` copies the next header without taking it, when it has arrived;
 /// - `l.peer_gone()` is liveness, looked at without waiting; `l.close()` ends the link.
 /// \tparam L a link type.
 template <class L>
-concept link = std::movable<L> && requires(L& l, const L& cl, const typename L::frame& f, const std::byte* p, std::size_t n,
-                                           std::size_t& done) {
+concept link = std::movable<L> &&
+               requires(L& l, const L& cl, const typename L::frame& f, typename L::frame& h, const std::byte* p,
+                        std::byte* d, std::size_t n, std::size_t& done,
+                        detail::function_ref<void(std::span<const std::byte>)>* consume) {
+  { L::name } -> std::convertible_to<std::string_view>;
   l.post(f, p, n);
-  l.pump(done);
+  { l.post_direct(f, p, n) } -> std::same_as<bool>;
+  { l.pump(done) } -> std::same_as<link_io>;
   { cl.q.empty() } -> std::convertible_to<bool>;
+  { l.try_header(h, d, n) } -> std::same_as<link_io>;
+  { l.try_payload(d, n, n, consume) } -> std::same_as<link_io>;
+  l.end_read();
+  { cl.peek_header(h) } -> std::same_as<bool>;
   { cl.peer_gone() } -> std::convertible_to<bool>;
   l.close();
 };
@@ -139,7 +172,11 @@ concept link = std::movable<L> && requires(L& l, const L& cl, const typename L::
 ///   share memory);
 /// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging
 ///   (what a mesh of such links states in its `transport_traits`; both links today move host
-///   memory only, the default).
+///   memory only, the default);
+/// - `wait`: how the mesh waits for it (`link_wait`);
+/// - `reads_in_place`: whether a reduction can read its payloads where they lie (`try_payload`
+///   with `consume`), and `payload_align`, the alignment they then start at; a link without it
+///   is read through the mesh's staging buffer.
 /// \tparam L a link type.
 template <class L>
 struct link_traits;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <span>
+#include <string_view>
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/cost_model.hpp"
@@ -28,6 +29,7 @@ namespace gsync::transport {
 class shm_link {
  public:
   using frame = frame_header;  ///< what `post` takes
+  static constexpr std::string_view name = "shm";  ///< in logs
   shm_link() = default;
   shm_link(const shm_link&) = delete;  // one reader position per ring
   shm_link& operator=(const shm_link&) = delete;
@@ -65,12 +67,13 @@ class shm_link {
   void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
 
   /// Copies as much of the queue into the ring as there is room for, publishing as it goes; adds
-  /// the frames completed to `completed`. Returns true if any byte moved. Messages start on
-  /// 64-byte boundaries: [stamp][frame header][payload]; the stamp goes in once the header and
-  /// the payload's stamped bytes are written (shm.hpp).
-  bool pump(std::size_t& completed) {
+  /// the frames completed to `completed`; `bytes` is nonzero when any byte moved (a ring cannot
+  /// fail: `err` stays 0). Messages start on 64-byte boundaries: [stamp][frame header][payload];
+  /// the stamp goes in once the header and the payload's stamped bytes are written (shm.hpp).
+  link_io pump(std::size_t& completed) {
     const std::uint64_t cap = out_cap_;
     std::uint64_t head = out_->head.load(std::memory_order_relaxed);  // only this rank writes it
+    const std::uint64_t head0 = head;
     bool moved = false, unpublished = false;
     while (!q.empty()) {
       auto& op = q.front();
@@ -98,7 +101,7 @@ class shm_link {
       q.pop_front();
       ++completed;
     }
-    return moved;
+    return link_io{moved ? static_cast<std::size_t>(std::max<std::uint64_t>(head - head0, 1)) : 0, false, 0};
   }
 
   /// Arms the wait for the next frame's header (its stamp); `ready` then says when it is there.
@@ -160,6 +163,20 @@ class shm_link {
   /// Ends a read: releases what is still unreleased (an empty payload's header).
   void end_read() noexcept {
     if (in_->tail.load(std::memory_order_relaxed) != in_pos_) release();
+  }
+
+  /// The `link` concept's receive calls: `try_header` is `done` once the next frame's stamp is
+  /// there (its header then taken; no payload comes with it, `dst` and `n` are unused).
+  link_io try_header(frame_header& h, std::byte* /*dst*/, std::size_t /*n*/) noexcept {
+    expect_header();
+    if (!ready()) return {};
+    take_header(h);
+    return link_io{0, true, 0};
+  }
+  /// `read_some` in the concept's shape (a ring cannot fail: `err` stays 0).
+  link_io try_payload(std::byte* dst, std::size_t want, std::size_t align,
+                      detail::function_ref<void(std::span<const std::byte>)>* consume) {
+    return link_io{read_some(dst, want, align, consume), false, 0};
   }
 
   /// Bytes read so far from the peer's ring.
@@ -231,6 +248,8 @@ class shm_link {
 
 static_assert(link<shm_link>);
 
+class shm_endpoint;  // transport/links/shm_endpoint.hpp
+
 }  // namespace gsync::transport
 
 namespace gsync {
@@ -242,5 +261,9 @@ struct link_traits<transport::shm_link> {
   static constexpr link_costs costs{"shm", cost_model::shared_memory(), /*shared_memory=*/true};
   static constexpr bool moves_host_memory = true;     ///< reads and writes pageable host memory
   static constexpr bool moves_device_memory = false;  ///< device memory must be staged through host memory
+  static constexpr link_wait wait = link_wait::doorbell;  ///< the rank's futex doorbell (shm.hpp)
+  static constexpr bool reads_in_place = true;  ///< a reduction reads the peer's bytes in the ring
+  static constexpr std::size_t payload_align = 8;  ///< payloads start 8-byte aligned in the ring (shm.hpp)
+  using endpoint = transport::shm_endpoint;  ///< rank-wide set-up (`link_endpoint`): the segments
 };
 }  // namespace gsync

@@ -16,11 +16,16 @@
 #include <cerrno>
 #include <cstddef>
 #include <deque>
+#include <string>
+#include <span>
+#include <string_view>
 #include <utility>
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/cost_model.hpp"
+#include "gsync/detail/function_ref.hpp"
 #include "gsync/transport/frame.hpp"
+#include "gsync/transport/links/link_setup.hpp"
 
 namespace gsync::transport {
 
@@ -28,10 +33,12 @@ namespace gsync::transport {
 class tcp_link {
  public:
   using frame = frame_header;  ///< what `post` takes
+  static constexpr std::string_view name = "tcp";  ///< in logs
   tcp_link() = default;
-  tcp_link(tcp_link&& o) : q(std::move(o.q)), fd_(std::exchange(o.fd_, -1)), closed_(o.closed_) {}
+  tcp_link(tcp_link&& o)
+      : q(std::move(o.q)), fd_(std::exchange(o.fd_, -1)), closed_(o.closed_), hdr_got_(std::exchange(o.hdr_got_, 0)) {}
   tcp_link& operator=(tcp_link&& o) {
-    if (this != &o) close(), q = std::move(o.q), fd_ = std::exchange(o.fd_, -1), closed_ = o.closed_;
+    if (this != &o) close(), q = std::move(o.q), fd_ = std::exchange(o.fd_, -1), closed_ = o.closed_, hdr_got_ = std::exchange(o.hdr_got_, 0);
     return *this;
   }
   ~tcp_link() { close(); }
@@ -51,11 +58,15 @@ class tcp_link {
 
   /// Posts a frame: queued; `pump` writes it.
   void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
+  /// Never writes at once: a frame posted to an empty queue goes out with the `pump` that follows
+  /// it (the mesh pumps a queue that was empty), several frames per system call.
+  bool post_direct(const frame_header&, const std::byte*, std::size_t) noexcept { return false; }
 
   /// Writes as much of the queue as the kernel takes now; several frames go out in one sendmsg.
-  /// Adds the frames completed to `completed`. Returns 0 when the queue is empty or the socket
-  /// would block, else the errno of the failed write (the connection is lost).
-  int pump(std::size_t& completed) noexcept {
+  /// Adds the frames completed to `completed`. `err`: 0 when the queue is empty or the socket
+  /// would block, else the errno of the failed write (the connection is lost); `bytes`: written.
+  link_io pump(std::size_t& completed) noexcept {
+    link_io io;
     while (!q.empty()) {
       iovec iov[32];
       int k = 0;
@@ -75,10 +86,11 @@ class tcp_link {
       const ssize_t w = ::sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-        return errno;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) io.err = errno;
+        return io;
       }
       auto left = static_cast<std::size_t>(w);
+      io.bytes += left;
       while (left > 0) {
         auto& op = q.front();
         const std::size_t take = std::min(sizeof(frame_header) + op.n - op.done, left);
@@ -89,7 +101,7 @@ class tcp_link {
         ++completed;
       }
     }
-    return 0;
+    return io;
   }
 
   /// Writes a whole frame now if the kernel takes it, bypassing the queue (best effort: the
@@ -118,6 +130,49 @@ class tcp_link {
   ssize_t read_some(std::byte* dst, std::size_t n) noexcept { return ::recv(fd_, dst, n, MSG_DONTWAIT); }
   /// Peeks at up to `n` bytes without consuming them; returns as recv(2) does.
   ssize_t peek(void* dst, std::size_t n) const noexcept { return ::recv(fd_, dst, n, MSG_PEEK | MSG_DONTWAIT); }
+
+  /// The `link` concept's receive calls over the byte stream. Takes what has arrived of the next
+  /// frame's header (kept across calls until whole) and, in the same system call, up to `n`
+  /// payload bytes into `dst` (never past the expected message). `done` once the header is whole.
+  link_io try_header(frame_header& h, std::byte* dst, std::size_t n) noexcept {
+    link_io io;
+    while (hdr_got_ < sizeof h) {
+      const ssize_t r = read_header_some(h, hdr_got_, dst, n);
+      if (r > 0) {
+        hdr_got_ += static_cast<std::size_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) io.err = link_io::closed;
+      else if (errno != EAGAIN && errno != EWOULDBLOCK) io.err = errno;
+      return io;
+    }
+    io.done = true;
+    io.bytes = hdr_got_ - sizeof h;
+    hdr_got_ = 0;
+    return io;
+  }
+  /// Takes up to `want` payload bytes that have arrived into `dst` (a byte stream is never read
+  /// in place: `consume` must be null). `bytes` 0 with `err` 0: nothing yet.
+  link_io try_payload(std::byte* dst, std::size_t want, std::size_t /*align*/,
+                      detail::function_ref<void(std::span<const std::byte>)>* /*consume*/) noexcept {
+    link_io io;
+    if (want == 0) return io;
+    for (;;) {
+      const ssize_t r = read_some(dst, want);
+      if (r > 0) io.bytes = static_cast<std::size_t>(r);
+      else if (r == 0) io.err = link_io::closed;
+      else if (errno == EINTR) continue;
+      else if (errno != EAGAIN && errno != EWOULDBLOCK) io.err = errno;
+      return io;
+    }
+  }
+  /// Ends a frame (nothing to release on a stream).
+  void end_read() noexcept {}
+  /// Copies the next frame's header if it has arrived whole, without taking it (between frames).
+  bool peek_header(frame_header& h) const noexcept {
+    return fd_ >= 0 && !closed_ && hdr_got_ == 0 && peek(&h, sizeof h) == static_cast<ssize_t>(sizeof h);
+  }
 
   /// Liveness: looks, without waiting, at whether the peer has closed or reset the connection
   /// while nothing is expected on it. Returns 1 (closed), 0 (open, quiet), or 2 (bytes arrived:
@@ -152,9 +207,23 @@ class tcp_link {
  private:
   int fd_ = -1;
   bool closed_ = false;
+  std::size_t hdr_got_ = 0;  // bytes of the next frame's header taken so far (try_header)
 };
 
 static_assert(link<tcp_link>);
+
+/// The TCP link's endpoint (`link_endpoint`): the mesh's own connection to every peer is a TCP
+/// link, connected before any link type is tried (it also carries the hello, the failure notices
+/// and, for a pair whose data goes another way, the liveness signal), so TCP connects every pair
+/// and belongs last in a mesh's list.
+class tcp_endpoint {
+ public:
+  explicit tcp_endpoint(const link_setup&) noexcept {}
+  /// The pair's connection is there (always, once the mesh is connected).
+  bool connect(const link_setup&, int, tcp_link& l) const noexcept { return l.connected(); }
+  void finish(const link_setup&) noexcept {}
+  std::string report() const { return {}; }
+};
 
 }  // namespace gsync::transport
 
@@ -166,5 +235,9 @@ struct link_traits<transport::tcp_link> {
   static constexpr link_costs costs{"tcp", cost_model::tcp_loopback(), /*shared_memory=*/false};
   static constexpr bool moves_host_memory = true;     ///< reads and writes pageable host memory
   static constexpr bool moves_device_memory = false;  ///< device memory must be staged through host memory
+  static constexpr link_wait wait = link_wait::descriptor;  ///< poll(2) on the socket
+  static constexpr bool reads_in_place = false;  ///< a byte stream: reductions read through the mesh's staging
+  static constexpr std::size_t payload_align = 1;
+  using endpoint = transport::tcp_endpoint;  ///< rank-wide set-up (`link_endpoint`)
 };
 }  // namespace gsync

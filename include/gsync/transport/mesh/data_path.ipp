@@ -1,35 +1,30 @@
 #pragma once
 /// \file
 /// The transport calls the primitives make (post_send, recv, recv_stream, flush_sends,
-/// progress_sends): each routes to the link that carries the peer's data, its shared-memory link
-/// (transport/links/shm_link.hpp) or its TCP link (transport/links/tcp_link.hpp).
+/// progress_sends): each routes to the link that carries the peer's data (`host_mesh::links`,
+/// transport/links/) and moves the frame through the link calls of link_path.ipp.
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
 
 namespace gsync::transport {
 
-/// Queues [src, src+n) for `peer` and writes what the kernel accepts now.
+/// Queues [src, src+n) for `peer` and hands over what its data link takes now.
 inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
   check_usable();
   posted_bytes_ += n;
   if (id.tag < 0x80000000u) cur_op_ = id.seq;
   check_peer(peer);
-  auto& c = peers_[peer];
   const frame_header h = make_header(id, n);
-  if (c.via_shm) {
-    // Nothing queued before it: a message whose payload its stamp covers goes into the ring now
-    // if there is room, without a trip through the queue.
-    if (c.shm.post_direct(h, src, n)) return;
-    c.shm.post(h, src, n);
+  with_link(peer, [&]<class L>(L& l) {
+    // Nothing queued before it: a link that can take the whole frame now (a ring with room)
+    // does, without a trip through the queue.
+    if (l.post_direct(h, src, n)) return;
+    l.post(h, src, n);
     ++queued_;
-    ++shm_queued_;
-    if (c.shm.q.size() == 1) pump_shm(peer);
-    return;
-  }
-  c.tcp.post(h, src, n);
-  ++queued_;
-  if (c.tcp.q.size() == 1) pump(peer);
+    if constexpr (link_traits<L>::wait == link_wait::doorbell) ++bell_queued_;
+    if (l.q.size() == 1) pump_link(peer, l);
+  });
 }
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
@@ -37,50 +32,34 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
   check_usable();
   if (id.tag < 0x80000000u) cur_op_ = id.seq;
   check_peer(peer);
-  frame_header h;
-  if (peers_[peer].via_shm) {
-    shm_read_header(peer, h, dl, id);
-    check(h, id, n, peer, nullptr, 0);
-    shm_read_payload(peer, dst, n, 1, nullptr, dl, id);
-    return;
-  }
-  const std::size_t got = read_header(peer, h, dst, n, dl, id);
-  check(h, id, n, peer, dst, got);
-  read_exact(peer, dst + got, n - got, dl, id);
+  with_link(peer, [&](auto& l) {
+    frame_header h;
+    const std::size_t got = take_header(peer, l, h, dst, n, dl, id);  // payload bytes that came with it
+    check(h, id, n, peer, dst, got);
+    take_payload(peer, l, dst + got, n - got, 1, nullptr, dl, id);
+  });
 }
 
-/// Receives the next message from `peer` through the staging buffer, handing `consume` pieces
-/// whose sizes are multiples of `align`.
+/// Receives the next message from `peer`, handing `consume` pieces whose sizes are multiples of
+/// `align`: where they lie in the link when it reads in place (a shared-memory ring: the
+/// reduction reads the peer's bytes there), else through the staging buffer.
 inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
   check_usable();
   if (id.tag < 0x80000000u) cur_op_ = id.seq;
   check_peer(peer);
   if (align == 0 || align > opt_.staging_bytes) align = 1;
-  frame_header h;
-  if (peers_[peer].via_shm) {  // the reduction reads the peer's bytes where they lie, in the ring
-    shm_read_header(peer, h, dl, id);
-    check(h, id, n, peer, nullptr, 0);
-    if (8 % align != 0) align = 1;  // payloads start 8-byte aligned in the ring (shm.hpp)
-    shm_read_payload(peer, nullptr, n, align, &consume, dl, id);
-    return;
-  }
-  const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
-  std::size_t have = read_header(peer, h, staging_.get(), std::min(cap, n), dl, id);
-  check(h, id, n, peer, staging_.get(), have);
-  std::size_t remaining = n - have;
-  for (bool first = true; first || remaining > 0; first = false) {
-    if (!first || have == 0) {
-      std::size_t got = read_some(peer, staging_.get() + have, std::min(cap - have, remaining), dl, id);
-      have += got;
-      remaining -= got;
+  with_link(peer, [&]<class L>(L& l) {
+    if constexpr (link_traits<L>::reads_in_place) {
+      frame_header h;
+      take_header(peer, l, h, nullptr, 0, dl, id);
+      check(h, id, n, peer, nullptr, 0);
+      if (link_traits<L>::payload_align % align != 0) align = 1;  // pieces must not straddle the link's wrap
+      take_payload(peer, l, nullptr, n, align, &consume, dl, id);
+    } else {
+      recv_staged(peer, l, id, n, align, consume, dl);
     }
-    const std::size_t ready = have - have % align;
-    if (ready == 0) continue;
-    consume(std::span<const std::byte>(staging_.get(), ready));
-    if (have > ready) std::memmove(staging_.get(), staging_.get() + ready, have - ready);
-    have -= ready;
-  }
+  });
 }
 
 /// Writes out every queued send (the kernel then owns the bytes).
@@ -89,14 +68,14 @@ inline void host_mesh::flush_sends(deadline dl) {
   while (queued_ > 0) wait_progress(-1, dl, message_id{});
 }
 
-/// Hands queued sends to the kernel (sockets) and to the peers' rings (shared memory) as far as
-/// they take them now, without waiting: a schedule that computes between messages calls it so
-/// that its links keep moving (see `send_progress_transport`).
+/// Hands queued sends to every data link as far as they take them now, without waiting: a
+/// schedule that computes between messages calls it so that its links keep moving (see
+/// `send_progress_transport`).
 inline void host_mesh::progress_sends() {
   check_usable();
   if (queued_ == 0) return;
-  pump_sockets();
-  pump_all_shm();
+  pump_descriptors();
+  pump_doorbells();
 }
 
 }  // namespace gsync::transport

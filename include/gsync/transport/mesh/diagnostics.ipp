@@ -176,17 +176,10 @@ inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::stea
   if (now - stall_.since < std::chrono::milliseconds(100)) return;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || p == in_peer) continue;
-    auto& c = peers_[p];
     frame_header h;
-    if (c.via_shm) {
-      if (!c.shm.peek_header(h)) continue;
-    } else {
-      if (!c.tcp.connected() || c.tcp.seen_closed()) continue;
-      if (c.tcp.peek(&h, sizeof h) != static_cast<ssize_t>(sizeof h)) continue;
-    }
+    if (!with_link(p, [&](auto& l) { return l.peek_header(h); })) continue;
     if (h.magic == notice_magic) {  // consume and report it
-      if (c.via_shm) shm_read_header(p, h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
-      else read_exact(p, reinterpret_cast<std::byte*>(&h), sizeof h, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
+      with_link(p, [&](auto& l) { take_header(p, l, h, nullptr, 0, std::chrono::steady_clock::now() + std::chrono::seconds(1), id); });
       on_notice(p, h, nullptr, 0, id);
     }
     if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))

@@ -35,12 +35,11 @@ inline void host_mesh::abort(const std::string& why) noexcept {
     // best effort: the peers will see the connections close and report a lost rank instead
   }
   abort_recorded_.store(true, std::memory_order_release);
-  for (auto& p : peers_) p.tcp.shutdown();
-  if (seg_) {
-    seg_.bell().failed.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
-    for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
-    seg_.bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
-    shm::notify(seg_.bell());
+  for (auto& p : peers_) p.tcp().shutdown();
+  if (shm_endpoint* own = bell_owner()) {
+    own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
+    own->bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
+    shm::notify(own->bell());
   }
 }
 
@@ -62,8 +61,7 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   if (at) std::memcpy(why.data(), have, at);
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    if (peers_[peer].via_shm) shm_read_payload(peer, reinterpret_cast<std::byte*>(why.data()), len, 1, nullptr, d, id);
-    else if (at < len) read_exact(peer, reinterpret_cast<std::byte*>(why.data()) + at, len - at, d, id);
+    with_link(peer, [&](auto& l) { take_payload(peer, l, reinterpret_cast<std::byte*>(why.data()) + at, len - at, 1, nullptr, d, id); });
   } catch (const error&) {
     if (broken_) throw;
     why += " [cut short]";
@@ -91,45 +89,48 @@ inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost)
     if (p == rank_) continue;
     auto& c = peers_[p];
     if (!c.q().empty() && c.q().front().done != 0) continue;  // mid-message: the stream cannot carry it
-    if (c.via_shm) {
-      queued_ -= c.shm.q.size();
-      shm_queued_ -= c.shm.q.size();
-      c.shm.q.clear();
-      c.shm.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
-      ++queued_;
-      ++shm_queued_;
-      pump_shm(p);
-    } else {
-      c.tcp.send_now(nh, notice_text_.data(), notice_text_.size());
-    }
+    // The notice replaces what is queued (fail() drops it anyway) and goes as far as the link
+    // takes it now; errors are ignored (this rank is failing already).
+    with_link(p, [&]<class L>(L& l) {
+      constexpr bool bell = link_traits<L>::wait == link_wait::doorbell;
+      queued_ -= l.q.size();
+      if constexpr (bell) bell_queued_ -= l.q.size();
+      l.q.clear();
+      l.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
+      std::size_t done = 0;
+      l.pump(done);
+      queued_ += 1 - done;
+      if constexpr (bell) bell_queued_ += 1 - done;
+    });
   }
 }
 
-// Fails with peer_lost if a shared-memory peer this wait depends on has failed or exited,
-// naming the rank that was lost first when the peer's failure was itself caused by a loss.
-inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
+// Fails with peer_lost if a doorbell peer (same host, shared memory) this wait depends on has
+// failed or exited, naming the rank that was lost first when the peer's failure was itself
+// caused by a loss.
+inline void host_mesh::check_bell_peers(int in_peer, message_id id) {
   int culprit = -1;
   auto gone = [&](int p) -> std::string {  // empty while p is alive
     auto& c = peers_[p];
-    if (const std::uint32_t v = c.shm.peer_failed()) {
+    if (const std::uint32_t v = bell_failed(p)) {
       if (v & shm_left) return culprit = p, "left (its communicator was destroyed)";
       culprit = static_cast<int>(v & ~shm_left) - 1;
       if (culprit == p || culprit < 0 || culprit >= size_) return culprit = p, "failed";
       return "failed after losing rank " + std::to_string(culprit);
     }
-    const int closed = c.tcp.closed_by_peer();
+    const int closed = c.tcp().closed_by_peer();
     if (closed == 2)
       fail(errc::mismatch, "rank " + std::to_string(rank_) + ": unexpected bytes on the control connection of same-host rank " +
                                std::to_string(p));
     if (closed == 0) return {};
     return culprit = p, "exited or crashed";
   };
-  if (in_peer >= 0 && peers_[in_peer].via_shm && !shm_ready(in_peer))
+  if (in_peer >= 0 && peers_[in_peer].by_doorbell() && !bell_ready(in_peer))
     if (auto why = gone(in_peer); !why.empty())
       lost(in_peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
                         " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
-  for (int p : shm_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
-    if (const std::uint32_t v = peers_[p].shm.peer_failed(); v && !(v & shm_left) && p != in_peer) {
+  for (int p : bell_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
+    if (const std::uint32_t v = bell_failed(p); v && !(v & shm_left) && p != in_peer) {
       const int first = static_cast<int>(v) - 1;
       const bool chain = first != p && first >= 0 && first < size_;
       lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) failed" +
@@ -137,8 +138,8 @@ inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
                   (id.seq ? " during op #" + std::to_string(id.seq) : std::string(" while this rank's sends were pending")),
            chain ? first : p);
     }
-  for (int p : shm_peers_)
-    if (!peers_[p].shm.q.empty())
+  for (int p : bell_peers_)
+    if (!peers_[p].q().empty())
       if (auto why = gone(p); !why.empty())
         lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
                        " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
@@ -151,7 +152,7 @@ inline void host_mesh::check_shm_peers(int in_peer, message_id id) {
 // that has finished its part and failed in a later collective, or one this point-to-point
 // message does not involve, is met (as a closed stream) when it is next needed.
 inline void host_mesh::closed_elsewhere(int peer, message_id id) {
-  peers_[peer].tcp.mark_closed();
+  peers_[peer].tcp().mark_closed();
   if (id.tag >= 0x80000000u || id.seq == 0) return;
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -229,16 +230,12 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     } catch (const std::exception&) {
     }
     for (auto& p : peers_) {
-      p.tcp.shutdown();
-      p.tcp.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
-      p.shm.q.clear();
+      p.tcp().shutdown();
+      std::apply([](auto&... l) { (l.q.clear(), ...); }, p.l);  // unsent bytes may belong to buffers the caller frees after the error
     }
     queued_ = 0;
-    shm_queued_ = 0;
-    if (seg_) {
-      seg_.bell().failed.store(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1), std::memory_order_release);
-      for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
-    }
+    bell_queued_ = 0;
+    if (shm_endpoint* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
     log_.warn(msg);
   }
   throw error(kind, msg);

@@ -4,15 +4,18 @@
 /// other rank). Internal: users name `transport::tcp` (transport/tcp.hpp); this header and the
 /// files beside it are compiled where the set-up code is (header-only: through transport/tcp.hpp;
 /// GSYNC_SEPARATE_COMPILATION: in src/gsync.cpp only). Its member functions live by concern in
-/// setup.ipp, data_path.ipp, shm_path.ipp, socket_path.ipp, progress.ipp, diagnostics.ipp and
-/// failure.ipp.
+/// setup.ipp, data_path.ipp, link_path.ipp, progress.ipp, diagnostics.ipp and failure.ipp.
 ///
-/// A mesh of per-peer links (transport/links/, the `link` concept of core/concepts.hpp): every
+/// A mesh of per-peer links (transport/links/, the `link` concept of core/concepts.hpp). Every
 /// peer has a TCP link (`tcp_link`, one connection per pair of ranks, established through the
-/// rendezvous store with Asio, then driven non-blocking by a small poll(2) progress loop); a
-/// same-host peer whose shared memory both ranks mapped also has a shared-memory link
-/// (`shm_link`), which then carries its data. The links move bytes; the mesh routes each call to
-/// the peer's link, waits, and runs the failure protocol and the diagnostics across them.
+/// rendezvous store with Asio, then driven non-blocking by a small poll(2) progress loop): the
+/// mesh's own connection, for the hello, failure notices and liveness. Which link carries a
+/// pair's data is picked at set-up, per peer, as the first type of `host_mesh::links`
+/// (`link_list<shm_link, tcp_link>`) whose endpoint connects the pair: shared memory for a
+/// same-host peer whose segment both ranks mapped, TCP otherwise. The links move bytes; the mesh
+/// routes each call to the peer's data link (data_path.ipp, link_path.ipp), waits on them by the
+/// kind their traits name (`link_wait`: poll(2) on descriptors, the rank's doorbell for links in
+/// shared memory; progress.ipp), and runs the failure protocol and the diagnostics across them.
 ///
 /// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
 /// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
@@ -97,6 +100,8 @@
 #include "gsync/detail/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/link_probe.hpp"
+#include "gsync/transport/links/link_list.hpp"
+#include "gsync/transport/links/shm_endpoint.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
 #include "gsync/transport/shm.hpp"
@@ -108,6 +113,10 @@ namespace gsync::transport {
 /// (see the file comment). Satisfies `transport_policy`.
 class host_mesh {
  public:
+  /// The link types tried for each peer, in order: the first whose endpoint connects the pair
+  /// carries its data. TCP connects every pair (it is the mesh's own connection), so it is last.
+  using links = link_list<shm_link, tcp_link>;
+
   host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
@@ -126,15 +135,15 @@ class host_mesh {
   /// Which rank runs on which host (from every rank's host identity).
   const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
-  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].via_shm; }
+  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].via == links::index_of<shm_link>; }
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
-  bool shm_asymmetric_fences() const noexcept { return shm_light_; }
+  bool shm_asymmetric_fences() const noexcept { return eps_ && std::get<shm_endpoint>(*eps_).light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
   /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
   std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
   /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
   std::uint64_t shm_read_position(int peer) const noexcept {
-    return peer >= 0 && peer < size_ && peers_[static_cast<std::size_t>(peer)].via_shm ? peers_[static_cast<std::size_t>(peer)].shm.read_position() : 0;
+    return peer >= 0 && peer < size_ && is_shm_peer(peer) ? std::get<shm_link>(peers_[static_cast<std::size_t>(peer)].l).read_position() : 0;
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
@@ -156,14 +165,19 @@ class host_mesh {
   void op_finished() noexcept { withdraw_stall_record(); }
 
  private:
-  // One peer: the links this rank has to it. The TCP link exists for every peer; a same-host
-  // peer whose segment both ranks mapped also has a shared-memory link, which then carries the
-  // data while the TCP connection stays open, silent, as the liveness signal (see file comment).
+  // One peer: one link of each type in `links`, of which the one at `via` carries the data.
+  // The TCP link is connected for every peer; when another carries the data, the TCP connection
+  // stays open, silent, as the liveness signal (see file comment).
   struct peer_conn {
-    tcp_link tcp;
-    shm_link shm;
-    bool via_shm = false;  // the shared-memory link carries this peer's data
-    std::deque<send_op>& q() noexcept { return via_shm ? shm.q : tcp.q; }  // the data link's queue
+    links::links l;
+    std::uint8_t via = static_cast<std::uint8_t>(links::index_of<tcp_link>);  // the data link
+    link_wait wait = link_wait::descriptor;  // how the data link is waited for (its link_traits)
+    tcp_link& tcp() noexcept { return std::get<tcp_link>(l); }  // the mesh's own connection
+    const tcp_link& tcp() const noexcept { return std::get<tcp_link>(l); }
+    bool by_doorbell() const noexcept { return wait == link_wait::doorbell; }
+    std::deque<send_op>& q() noexcept {  // the data link's queue
+      return links::visit(via, l, [](auto& k) -> std::deque<send_op>& { return k.q; });
+    }
   };
   struct hello {
     std::uint32_t magic = 0x48595347u;  // "GSYH"
@@ -179,35 +193,51 @@ class host_mesh {
   void tune(asio::ip::tcp::socket& s);
   void connect_lower(deadline dl);
   void accept_higher(deadline dl);
-  void setup_shm(const bootstrap::launch_info& li, deadline dl);
+  void exchange_hosts(const bootstrap::launch_info& li, deadline dl);
+  void connect_links(const bootstrap::launch_info& li, deadline dl);
   static void check_options(const tcp_options& o);
 
-  // Shared-memory data path (shm_path.ipp).
-  bool pump_shm(int peer);
-  bool pump_all_shm();
-  bool shm_ready(int peer) const;
-  void shm_read_header(int peer, frame_header& h, deadline dl, message_id id);
-  void shm_read_payload(int peer, std::byte* dst, std::size_t n, std::size_t align,
-                        detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id);
-  bool shm_progress(int in_peer);
-
-  // Socket data path (socket_path.ipp).
-  void pump_sockets();
-  void pump(int peer);
-  std::size_t read_header(int peer, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  // Moving frames over a peer's data link, waiting where it has nothing yet (link_path.ipp).
+  template <class F>
+  decltype(auto) with_link(int peer, F&& f) { auto& c = peers_[peer]; return links::visit(c.via, c.l, f); }
+  template <class L>
+  bool pump_link(int peer, L& l);
+  bool pump_peer(int peer);
+  void pump_descriptors();
+  bool pump_doorbells();
+  bool bell_ready(int peer);
+  bool bell_progress(int in_peer);
+  int data_fd(int peer);
+  std::uint32_t bell_failed(int peer);
+  template <class L>
+  std::size_t take_header(int peer, L& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  template <class L>
+  void take_payload(int peer, L& l, std::byte* dst, std::size_t n, std::size_t align,
+                    detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id);
+  template <class L>
+  std::size_t take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  template <class L>
+  void recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl);
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
-  std::size_t read_some(int peer, std::byte* dst, std::size_t n, deadline dl, message_id id);
-  void read_exact(int peer, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  // This rank's shared-memory endpoint when it has a segment (its doorbell is where waits on
+  // doorbell links sleep), else null.
+  shm_endpoint* bell_owner() noexcept {
+    if (!eps_) return nullptr;
+    auto& e = std::get<shm_endpoint>(*eps_);
+    return e ? &e : nullptr;
+  }
 
   // Waiting (progress.ipp).
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
-  void shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
+  void bell_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
   void watch_idle_sockets(message_id id);
-  // A TCP peer whose connection is watched for a close while nothing is expected on it: it
-  // carries data (not through shared memory), is connected, not yet seen closed, nothing queued.
-  bool watchable(int p) const noexcept {
-    const auto& c = peers_[p];
-    return !c.via_shm && c.tcp.connected() && !c.tcp.seen_closed() && c.tcp.q.empty();
+  // A peer whose TCP connection is watched for a close while nothing is expected from it: its
+  // data link is waited for by descriptor (doorbell links have their own liveness check), the
+  // connection is open and not yet seen closed, nothing is queued for it.
+  bool watchable(int p) noexcept {
+    auto& c = peers_[p];
+    return !c.by_doorbell() && c.tcp().connected() && !c.tcp().seen_closed() && c.q().empty();
   }
 
   // Diagnostics (diagnostics.ipp).
@@ -224,7 +254,7 @@ class host_mesh {
   void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
   [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
   void send_notices(errc kind, const std::string& msg, int lost);
-  void check_shm_peers(int in_peer, message_id id);
+  void check_bell_peers(int in_peer, message_id id);
   void closed_elsewhere(int peer, message_id id);
   [[noreturn]] void lost(int peer, const std::string& msg, int culprit = -1);
   [[noreturn]] void fail(errc kind, const std::string& msg_in, int lost = -1);
@@ -277,19 +307,17 @@ class host_mesh {
   std::vector<peer_conn> peers_;
   std::size_t queued_ = 0;       // messages queued, all peers
   std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send (payload_bytes_posted)
-  std::size_t shm_queued_ = 0;   // of which to shared-memory peers
+  std::size_t bell_queued_ = 0;  // of which to peers whose data link is waited for by doorbell
   detail::aligned_bytes staging_;
   std::string name_ = "tcp";
   link_costs local_costs_ = link_traits<tcp_link>::costs;
   int local_size_ = 1;
-  bool shm_light_ = false;  // every shared-memory rank of this host uses asymmetric fences (shm.hpp)
   std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()
   int machine_ranks_ = 1;     // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
   std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records
   topology topo_;
-  shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
-  std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
-  std::vector<int> shm_peers_;           // ranks reached through shared memory
+  std::optional<links::endpoints> eps_;  // the link types' rank-wide state, from connect_links on
+  std::vector<int> bell_peers_;          // peers whose data link is waited for by doorbell
   static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
   std::vector<pollfd> pfds_;

@@ -9,10 +9,9 @@
 #include "gsync/transport/mesh/diagnostics.ipp"
 #include "gsync/transport/mesh/failure.ipp"
 #include "gsync/transport/mesh/host_mesh.hpp"
+#include "gsync/transport/mesh/link_path.ipp"
 #include "gsync/transport/mesh/progress.ipp"
 #include "gsync/transport/mesh/setup.ipp"
-#include "gsync/transport/mesh/shm_path.ipp"
-#include "gsync/transport/mesh/socket_path.ipp"
 #include "gsync/transport/tcp.hpp"
 
 namespace gsync::transport {

@@ -1,59 +1,60 @@
 #pragma once
 /// \file
 /// Waiting: the progress loop that blocks a call until its peer has data, pumping queued sends
-/// meanwhile (busy spin, then yield, then poll(2) or the shared-memory futex doorbell).
+/// meanwhile (busy spin, then yield, then poll(2) on the links waited for by descriptor, or this
+/// rank's futex doorbell for the links waited for by doorbell: `link_traits<L>::wait`).
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
 
 namespace gsync::transport {
 
-// Blocks until `in_peer` (if >= 0) has data, pumping every queue that can move. Sockets are
-// polled; shared-memory rings are checked between polls (see file comment). May return early
+// Blocks until `in_peer` (if >= 0) has data, pumping every queue that can move. Descriptors
+// (sockets) are polled; doorbell links (shared-memory rings) are checked between polls. May return early
 // (the caller re-checks and calls again). `expect`: payload bytes still to come from in_peer
 // for the pending read, when known.
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
   if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
-  const bool in_shm = in_peer >= 0 && peers_[in_peer].via_shm;
-  if (shm_progress(in_peer)) return;
-  const bool sock_in = in_peer >= 0 && !in_shm;
-  const bool sock_out = queued_ > shm_queued_;
-  const bool shm_wait = in_shm || shm_queued_ > 0;
+  const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
+  if (bell_progress(in_peer)) return;
+  const bool sock_in = in_peer >= 0 && !in_bell;
+  const bool sock_out = queued_ > bell_queued_;
+  const bool bell_wait = in_bell || bell_queued_ > 0;
   if (!sock_in && !sock_out) {
-    if (shm_wait) shm_block(in_peer, dl, id);
+    if (bell_wait) bell_block(in_peer, dl, id);
     return;
   }
-  if (!sock_in && shm_wait) {
+  if (!sock_in && bell_wait) {
     // Waiting for a same-host peer while sends to other hosts are queued (a hierarchical
     // schedule overlapping its levels, or a host's last rank in a flat ring): wait as for
     // shared memory alone, which a same-host message ends at once, handing the sockets what
     // they take between polls and sleeping on the doorbell at most a millisecond at a time. A
     // poll on the sockets instead would only wake on them and leave the same-host data waiting.
-    pump_sockets();
-    shm_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
+    pump_descriptors();
+    bell_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
     return;
   }
   pfds_.clear();
   pidx_.clear();
   if (sock_in) {
-    pfds_.push_back({peers_[in_peer].tcp.fd(), POLLIN, 0});
+    pfds_.push_back({data_fd(in_peer), POLLIN, 0});
     pidx_.push_back(in_peer);
   }
   for (int p = 0; p < size_; ++p)
-    if (!peers_[p].via_shm && !peers_[p].tcp.q.empty()) {
+    if (!peers_[p].by_doorbell() && !peers_[p].q().empty()) {
       if (p == in_peer) pfds_[0].events |= POLLOUT;
       else {
-        pfds_.push_back({peers_[p].tcp.fd(), POLLOUT, 0});
+        pfds_.push_back({data_fd(p), POLLOUT, 0});
         pidx_.push_back(p);
       }
     }
   int r = 0;
-  if (opt_.spin_us > 0 || shm_wait) {  // short busy poll: a reply often comes within microseconds
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, shm_wait ? 20 : 0));
+  if (opt_.spin_us > 0 || bell_wait) {  // short busy poll: a reply often comes within microseconds
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, bell_wait ? 20 : 0));
     do {
       r = ::poll(pfds_.data(), pfds_.size(), 0);
-      if (r == 0 && shm_wait && shm_progress(in_peer)) return;
+      if (r == 0 && bell_wait && bell_progress(in_peer)) return;
     } while (r == 0 && std::chrono::steady_clock::now() < until);
   }
   if (r == 0 && sock_in && opt_.tcp_yield_us > 0 && expect <= opt_.tcp_yield_bytes) {
@@ -62,7 +63,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     do {
       ::sched_yield();
       r = ::poll(pfds_.data(), pfds_.size(), 0);
-      if (r == 0 && shm_wait && shm_progress(in_peer)) return;
+      if (r == 0 && bell_wait && bell_progress(in_peer)) return;
     } while (r == 0 && std::chrono::steady_clock::now() < until);
   }
   // While blocked, also watch every other TCP peer for a close: one that failed (a mismatch it
@@ -73,19 +74,19 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   if (r == 0)
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && p != in_peer && watchable(p)) {
-        pfds_.push_back({peers_[p].tcp.fd(), POLLRDHUP, 0});
+        pfds_.push_back({peers_[p].tcp().fd(), POLLRDHUP, 0});
         pidx_.push_back(p);
       }
   // Block at most a second at a time, so that stall_check runs while an operation hangs.
-  if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), shm_wait ? std::min(1, detail::ms_left(dl)) : std::min(1000, detail::ms_left(dl)));
+  if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), bell_wait ? std::min(1, detail::ms_left(dl)) : std::min(1000, detail::ms_left(dl)));
   if (r < 0) {
     if (errno == EINTR) return;
     fail(errc::system, "poll: " + detail::errno_text(errno));
   }
   if (r == 0) {
-    if (shm_wait) {
-      if (shm_progress(in_peer)) return;
-      check_shm_peers(in_peer, id);
+    if (bell_wait) {
+      if (bell_progress(in_peer)) return;
+      check_bell_peers(in_peer, id);
     }
     if (std::chrono::steady_clock::now() < dl) return;
     timed_out(in_peer, id);
@@ -95,14 +96,14 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
       if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
       continue;
     }
-    if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].tcp.q.empty()) pump(pidx_[i]);
+    if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q().empty()) pump_peer(pidx_[i]);
   }
 }
 
-// A wait that involves only shared-memory peers: spin, then sleep on this rank's doorbell (at
-// most max_sleep_ms at a time, checking that the peers it waits for are still alive).
-// With `sockets`, also hands queued TCP sends to the kernel between polls.
-inline void host_mesh::shm_block(int in_peer, deadline dl, message_id id, int max_sleep_ms, bool sockets) {
+// A wait that involves only doorbell peers: spin, then sleep on this rank's doorbell (at most
+// max_sleep_ms at a time, checking that the peers it waits for are still alive).
+// With `sockets`, also hands queued sends on descriptor links to the kernel between polls.
+inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int max_sleep_ms, bool sockets) {
   if (opt_.spin_us > 0) {
     // Look at the ring after every pause: one pause takes 5-150 cycles depending on the CPU (26 ns
     // measured on this project's AMD EPYC machines), and a message is often ready within tens of
@@ -113,10 +114,10 @@ inline void host_mesh::shm_block(int in_peer, deadline dl, message_id id, int ma
     std::chrono::steady_clock::time_point until{};
     for (;;) {
       for (int i = 0; i < 32; ++i) {
-        if (shm_progress(in_peer)) return;
+        if (bell_progress(in_peer)) return;
         cpu_relax();
       }
-      if (sockets) pump_sockets();
+      if (sockets) pump_descriptors();
       const auto now = std::chrono::steady_clock::now();
       if (until == std::chrono::steady_clock::time_point{}) until = now + std::chrono::microseconds(opt_.spin_us);
       else if (now >= until) break;
@@ -126,24 +127,25 @@ inline void host_mesh::shm_block(int in_peer, deadline dl, message_id id, int ma
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.yield_us);
     do {
       ::sched_yield();
-      if (shm_progress(in_peer)) return;
-      if (sockets) pump_sockets();
+      if (bell_progress(in_peer)) return;
+      if (sockets) pump_descriptors();
     } while (std::chrono::steady_clock::now() < until);
   }
-  auto& bell = seg_.bell();
-  const std::uint32_t seen = shm::arm(bell, shm_light_);
-  if (shm_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
+  shm_endpoint& own = *bell_owner();  // a doorbell peer implies this rank's segment
+  auto& bell = own.bell();
+  const std::uint32_t seen = shm::arm(bell, own.light());
+  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
   // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
   // check after the timed sleep.
   const int ms = std::min(max_sleep_ms, detail::ms_left(dl));
   const bool rang = !shm::sleep(bell, seen, ms);
-  if (shm_progress(in_peer)) {
+  if (bell_progress(in_peer)) {
     // Progress after a full sleep during which nobody rang: a wake-up was lost (see shm.hpp),
     // or the data came in the few nanoseconds between the sleep's end and this check.
     if (!rang && bell.bell.load(std::memory_order_relaxed) == seen) ++shm_late_wakeups_;
     return;
   }
-  check_shm_peers(in_peer, id);
+  check_bell_peers(in_peer, id);
   if (sockets) watch_idle_sockets(id);
   if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
 }
@@ -157,7 +159,7 @@ inline void host_mesh::watch_idle_sockets(message_id id) {
   pidx_.clear();
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && watchable(p)) {
-      pfds_.push_back({peers_[p].tcp.fd(), POLLRDHUP, 0});
+      pfds_.push_back({peers_[p].tcp().fd(), POLLRDHUP, 0});
       pidx_.push_back(p);
     }
   if (pfds_.empty() || ::poll(pfds_.data(), pfds_.size(), 0) <= 0) return;

@@ -71,13 +71,14 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
       throw;
     }
     acc_.close();
-    setup_shm(li, dl);
+    exchange_hosts(li, dl);
+    connect_links(li, dl);
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
     // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
     // every rank is ready, every peer has mapped the segment and its name can go.
     if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
-    if (rank_ == 0 || seg_) store_->wait({"gsync/ready_all"}, dl);
-    seg_.unlink();
+    if (rank_ == 0 || bell_owner()) store_->wait({"gsync/ready_all"}, dl);
+    if (shm_endpoint* own = bell_owner()) own->unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
     // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
     // identities), or more when other "hosts" (containers, network namespaces) run on the same
@@ -87,7 +88,10 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
         static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
     topo_.set_cores_shared(machine_oversubscribed);
     if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
-    const int nshm = static_cast<int>(shm_peers_.size()), ntcp = size_ - 1 - nshm;
+    std::array<int, links::size> per_type{};  // peers per data link type
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) ++per_type[peers_[p].via];
+    const int nshm = per_type[links::index_of<shm_link>], ntcp = size_ - 1 - nshm;
     if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
     if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = machine_oversubscribed && nshm == 0 ? 50 : 0;
     name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
@@ -98,11 +102,14 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     const bool shm_costs = topo_.hosts() > 1 ? opt_.shm : nshm > 0 && ntcp == 0;
     local_costs_ = shm_costs ? link_traits<shm_link>::costs : link_traits<tcp_link>::costs;
     local_costs_.name = name_;
-    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + std::to_string(nshm) + " through shared memory, " +
-              std::to_string(ntcp) + " over TCP (" + std::to_string(local_size_) + " ranks on this host, " +
-              std::to_string(machine_ranks_) + " on this machine, spin " +
+    std::string how, reports;
+    for (std::size_t i = 0; i < links::size; ++i)
+      how += (i ? ", " : "") + std::to_string(per_type[i]) + " over " + std::string(links::names[i]);
+    std::apply([&](const auto&... e) { ((reports += e.report().empty() ? std::string() : ", " + e.report()), ...); }, *eps_);
+    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + how + " (" + std::to_string(local_size_) +
+              " ranks on this host, " + std::to_string(machine_ranks_) + " on this machine, spin " +
               std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
-              std::to_string(opt_.tcp_yield_us) + " us" + (nshm > 0 ? std::string(shm_light_ ? ", shared-memory fences: membarrier" : ", shared-memory fences: full") : "") + ")");
+              std::to_string(opt_.tcp_yield_us) + " us" + reports + ")");
     if (topo_.hosts() > 1) {
       // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
       link_estimate links = detail::override_links({}, opt_.net_gbps, opt_.net_latency_us);
@@ -156,11 +163,9 @@ inline void host_mesh::check_options(const tcp_options& o) {
 }
 
 inline host_mesh::~host_mesh() {
-  if (seg_) {  // same-host peers still waiting for this rank learn at once that it is gone
-    if (!broken_) seg_.bell().failed.store(shm_left | static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
-    for (int p : shm_peers_) peers_[p].shm.wake_peer_strong();
-  }
-  for (auto& p : peers_) p.tcp.close();
+  if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
+    own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
+  for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();
     server_->linger(std::chrono::steady_clock::now() + store_linger);
@@ -212,7 +217,7 @@ inline void host_mesh::connect_lower(deadline dl) {
     h.size = size_;
     h.nonce = nonce_;
     detail::write_all(s->native_handle(), &h, sizeof h, dl, "rank " + std::to_string(j));
-    peers_[j].tcp.attach(s->release());  // the TCP link owns the socket from here
+    peers_[j].tcp().attach(s->release());  // the TCP link owns the socket from here
   }
 }
 
@@ -234,7 +239,7 @@ inline void host_mesh::accept_higher(deadline dl) {
     if (!got) {
       std::string who;
       for (int j = rank_ + 1; j < size_; ++j)
-        if (!peers_[j].tcp.connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
+        if (!peers_[j].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
       throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
     }
     tune(*s);
@@ -256,19 +261,18 @@ inline void host_mesh::accept_higher(deadline dl) {
       continue;
     }
     if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
-        h.rank >= size_ || peers_[h.rank].tcp.connected()) {
+        h.rank >= size_ || peers_[h.rank].tcp().connected()) {
       log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
       continue;
     }
-    peers_[h.rank].tcp.attach(s->release());  // the TCP link owns the socket from here
+    peers_[h.rank].tcp().attach(s->release());  // the TCP link owns the socket from here
     --missing;
   }
 }
 
-// Shared-memory setup (runs once, after the TCP mesh): find the ranks of this host, create this
-// rank's segment (a ring per local rank), publish its name, map every local peer's segment.
-// A pair uses shared memory only when both ranks have a segment, so both sides always agree.
-inline void host_mesh::setup_shm(const bootstrap::launch_info& li, deadline dl) {
+// The host identities (runs once, after the TCP mesh): every rank publishes its kernel's and its
+// host's identity; the topology, the ranks of this host and those on this machine follow.
+inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li, deadline dl) {
   const std::string me = bootstrap::host_id(li.host_id), kernel = bootstrap::kernel_id();
   store_->set("gsync/host/" + std::to_string(rank_), kernel + "\n" + me, dl);  // kernel id first: it has no newline
   std::vector<std::string> ids(static_cast<std::size_t>(size_));
@@ -280,51 +284,37 @@ inline void host_mesh::setup_shm(const bootstrap::launch_info& li, deadline dl) 
     machine_ranks_ += r.substr(0, nl) == kernel;
   }
   topo_ = topology::from_ids(ids);
-  const std::vector<int>& local = topo_.ranks_on(topo_.host_of(rank_));
-  local_size_ = static_cast<int>(local.size());
-  auto slot_of = [&](int r) { return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin()); };
-  std::string rec = "-";
-  // Asymmetric fences (shm.hpp) take the fence off every message's path and put a membarrier call
-  // on every sleep. Where ranks share cores they sleep often (their spin is short), so there the
-  // plain fences stay. Every rank of the host must agree: each one says whether it can, and the
-  // host uses them only if all can.
+  local_size_ = static_cast<int>(topo_.ranks_on(topo_.host_of(rank_)).size());
+}
+
+// Picks every peer's data link (runs once, after the host identities): each link type's
+// endpoint publishes what its peers need, then each peer gets the first type in `links` whose
+// endpoint connects the pair (both ranks decide alike from what both published), and the
+// endpoints finish with every peer placed.
+inline void host_mesh::connect_links(const bootstrap::launch_info& li, deadline dl) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool shares_cores = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
-  const bool light_capable = opt_.shm_light && !shares_cores && shm::asymmetric_fences_available();
-  if (opt_.shm && local.size() > 1) {
-    char nb[96];
-    std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()), static_cast<unsigned long long>(nonce_), rank_);
-    try {
-      seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local.size()), opt_.shm_ring_bytes);
-      rec = std::string(nb) + " " + std::to_string(opt_.shm_ring_bytes) + (light_capable ? " 1" : " 0");
-    } catch (const error& e) {
-      log_.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(rank_) + " over TCP");
-    }
-  }
-  store_->set("gsync/shm/" + std::to_string(rank_), rec, dl);
-  if (!seg_) return;
-  peer_segs_.resize(static_cast<std::size_t>(size_));
-  const std::uint32_t my_slot = slot_of(rank_);
-  shm_light_ = light_capable;
-  for (int j : local) {
+  link_setup s;
+  s.rank = rank_;
+  s.size = size_;
+  s.store = store_.get();
+  s.topo = &topo_;
+  s.opt = &opt_;
+  s.nonce = nonce_;
+  s.shares_cores = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+  s.dl = dl;
+  s.log = log_;
+  [&]<std::size_t... I>(std::index_sequence<I...>) { eps_.emplace(((void)I, s)...); }(std::make_index_sequence<links::size>{});
+  for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
-    const std::string r = store_->get("gsync/shm/" + std::to_string(j), dl);
-    if (r == "-") continue;
-    const auto sp = r.find(' ');
-    if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(j) + ": " + r);
-    const std::size_t rb = std::stoull(r.substr(sp + 1));
-    const auto sp2 = r.find(' ', sp + 1);
-    if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") shm_light_ = false;
-    peer_segs_[j] = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local.size()), rb);
-    // The first link type that connects this pair: shared memory (the TCP link stays, silent).
     auto& c = peers_[j];
-    std::memset(peer_segs_[j].data(my_slot), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
-    c.shm.attach(&peer_segs_[j].ctl(my_slot), peer_segs_[j].data(my_slot), rb, &seg_.ctl(slot_of(j)), seg_.data(slot_of(j)),
-                 opt_.shm_ring_bytes, &peer_segs_[j].bell());
-    c.via_shm = true;
-    shm_peers_.push_back(j);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      // The first link type whose endpoint connects the pair (TCP, last, always does).
+      (void)((std::get<I>(*eps_).connect(s, j, std::get<I>(c.l)) ? (c.via = static_cast<std::uint8_t>(I), true) : false) || ...);
+    }(std::make_index_sequence<links::size>{});
+    c.wait = links::waits[c.via];
+    if (c.by_doorbell()) bell_peers_.push_back(j);
   }
-  for (int j : shm_peers_) peers_[j].shm.set_light_fences(shm_light_);  // the host's choice, known once all are mapped
+  std::apply([&](auto&... e) { (e.finish(s), ...); }, *eps_);
 }
 
 }  // namespace gsync::transport

@@ -1,0 +1,55 @@
+#pragma once
+/// \file
+/// What a link type needs to be set up inside a mesh (transport/mesh/): the facts of the job it
+/// is given (`link_setup`), and the rank-wide part of the link type, its endpoint
+/// (`link_endpoint`), which publishes what peers need through the store, connects a peer's link
+/// when both sides can, and owns what the links of that type share (a shared-memory segment, a
+/// device context, a protection domain). Set-up code: non-templated per element, out of the data
+/// path.
+
+#include <cstdint>
+#include <string>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/log.hpp"
+#include "gsync/core/topology.hpp"
+#include "gsync/transport/tcp_options.hpp"
+
+namespace gsync::bootstrap {
+class store_client;
+}  // namespace gsync::bootstrap
+
+namespace gsync::transport {
+
+/// The facts of the job a link endpoint is set up from (made by the mesh once its own TCP
+/// connections and the host identities are in place).
+struct link_setup {
+  int rank = 0;                           ///< this rank
+  int size = 1;                           ///< world size
+  bootstrap::store_client* store = nullptr;  ///< the job's rendezvous store
+  const topology* topo = nullptr;         ///< which rank runs on which host
+  const tcp_options* opt = nullptr;       ///< the transport's settings
+  std::uint64_t nonce = 0;                ///< the job's nonce (unique names)
+  bool shares_cores = false;              ///< this machine runs more ranks than it has cores
+  deadline dl{};                          ///< end of every wait of the set-up
+  logger log;                             ///< where set-up reports go
+};
+
+/// The rank-wide part of link type `L`, named by `link_traits<L>::endpoint`:
+/// - constructed from a `link_setup` before any pair is connected: publishes, in the store, what
+///   the peers need to connect to this rank over the medium (or that it cannot);
+/// - `e.connect(s, peer, l)` connects `l` to `peer` and returns true, or returns false (the
+///   mesh then tries the next link type in its list). Both ranks of a pair must come to the same
+///   answer from what both published;
+/// - `e.finish(s)` runs once every peer has its link (choices that depend on all peers);
+/// - `e.report()` says, for the set-up log, how the medium was set up ("" when nothing to say).
+/// \tparam E the endpoint type. \tparam L its link type.
+template <class E, class L>
+concept link_endpoint = std::constructible_from<E, const link_setup&> &&
+                        requires(E& e, const E& ce, const link_setup& s, int peer, L& l) {
+                          { e.connect(s, peer, l) } -> std::same_as<bool>;
+                          e.finish(s);
+                          { ce.report() } -> std::convertible_to<std::string>;
+                        };
+
+}  // namespace gsync::transport

@@ -1,0 +1,117 @@
+#pragma once
+/// \file
+/// The shared-memory link's endpoint (`link_endpoint`, transport/links/link_setup.hpp): this
+/// rank's segment (a ring per rank of its host, which those ranks write, and its doorbell), the
+/// segments of the same-host peers it mapped, and the host's choice of fences. A pair uses shared
+/// memory only when both ranks created a segment, so both sides always agree; a rank whose
+/// segment cannot be created (no /dev/shm room) says so in the store, and its host's ranks reach
+/// it over the next link type (TCP). Layout and doorbells: transport/shm.hpp.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gsync/bootstrap/store_client.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/transport/links/link_setup.hpp"
+#include "gsync/transport/links/shm_link.hpp"
+#include "gsync/transport/shm.hpp"
+
+namespace gsync::transport {
+
+/// See the file comment.
+class shm_endpoint {
+ public:
+  /// Creates this rank's segment when shared memory is on (`tcp_options::shm`) and its host runs
+  /// other ranks, and publishes its name, ring size and whether this rank can use asymmetric
+  /// fences under `gsync/shm/R` ("-": no segment).
+  explicit shm_endpoint(const link_setup& s) : local_(s.topo->ranks_on(s.topo->host_of(s.rank))) {
+    std::string rec = "-";
+    // Asymmetric fences (shm.hpp) take the fence off every message's path and put a membarrier
+    // call on every sleep. Where ranks share cores they sleep often (their spin is short), so
+    // there the plain fences stay. Every rank of the host must agree: each one says whether it
+    // can, and the host uses them only if all can.
+    const bool light_capable = s.opt->shm_light && !s.shares_cores && shm::asymmetric_fences_available();
+    if (s.opt->shm && local_.size() > 1) {
+      char nb[96];
+      std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()),
+                    static_cast<unsigned long long>(s.nonce), s.rank);
+      try {
+        seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local_.size()), s.opt->shm_ring_bytes);
+        rec = std::string(nb) + " " + std::to_string(s.opt->shm_ring_bytes) + (light_capable ? " 1" : " 0");
+      } catch (const error& e) {
+        s.log.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(s.rank) + " over TCP");
+      }
+    }
+    s.store->set("gsync/shm/" + std::to_string(s.rank), rec, s.dl);
+    light_ = seg_ && light_capable;
+    if (seg_) peer_segs_.resize(static_cast<std::size_t>(s.size));
+  }
+  shm_endpoint(const shm_endpoint&) = delete;
+  shm_endpoint& operator=(const shm_endpoint&) = delete;
+
+  /// Maps `peer`'s segment and attaches `l` to the two rings of the pair, when `peer` runs on
+  /// this host and both ranks have a segment.
+  bool connect(const link_setup& s, int peer, shm_link& l) {
+    if (!seg_ || std::find(local_.begin(), local_.end(), peer) == local_.end()) return false;
+    const std::string r = s.store->get("gsync/shm/" + std::to_string(peer), s.dl);
+    if (r == "-") return false;
+    const auto sp = r.find(' ');
+    if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(peer) + ": " + r);
+    const std::size_t rb = std::stoull(r.substr(sp + 1));
+    const auto sp2 = r.find(' ', sp + 1);
+    if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") light_ = false;
+    auto& ps = peer_segs_[static_cast<std::size_t>(peer)];
+    ps = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local_.size()), rb);
+    const std::uint32_t me = slot_of(s.rank), them = slot_of(peer);
+    std::memset(ps.data(me), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
+    l.attach(&ps.ctl(me), ps.data(me), rb, &seg_.ctl(them), seg_.data(them), s.opt->shm_ring_bytes, &ps.bell());
+    linked_.push_back(&l);
+    return true;
+  }
+  /// Sets the host's choice of fences on every link, known once all are mapped.
+  void finish(const link_setup&) {
+    for (shm_link* l : linked_) l->set_light_fences(light_);
+  }
+  /// The fences this host's shared-memory pairs use, for the set-up log.
+  std::string report() const {
+    if (linked_.empty()) return {};
+    return light_ ? "shared-memory fences: membarrier" : "shared-memory fences: full";
+  }
+
+  /// True when this rank has a segment (then its doorbell is where its waits sleep).
+  explicit operator bool() const noexcept { return static_cast<bool>(seg_); }
+  /// This rank's doorbell, in its segment: the peers ring it when they write or free room.
+  shm::doorbell& bell() noexcept { return seg_.bell(); }
+  /// True when every shared-memory rank of this host uses asymmetric fences (shm.hpp).
+  bool light() const noexcept { return light_; }
+  /// Removes the segment's name once every peer has mapped it (the mapping stays).
+  void unlink() noexcept { seg_.unlink(); }
+  /// Raises this rank's `failed` word (rank lost first + 1, with `left` when it left normally)
+  /// and rings every connected peer, so that same-host peers waiting for it learn at once.
+  void mark_failed(std::uint32_t word) noexcept {
+    if (!seg_) return;
+    seg_.bell().failed.store(word, std::memory_order_release);
+    for (shm_link* l : linked_) l->wake_peer_strong();
+  }
+
+ private:
+  std::uint32_t slot_of(int r) const {
+    return static_cast<std::uint32_t>(std::find(local_.begin(), local_.end(), r) - local_.begin());
+  }
+
+  std::vector<int> local_;               // ranks of this host, by slot
+  shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
+  std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
+  std::vector<shm_link*> linked_;        // the links connected (the mesh's, stable from set-up on)
+  bool light_ = false;
+};
+
+static_assert(link_endpoint<shm_endpoint, shm_link>);
+
+}  // namespace gsync::transport

@@ -1,0 +1,156 @@
+#pragma once
+/// \file
+/// Moving frames over a peer's data link, written once for every link type through the `link`
+/// concept's calls (core/concepts.hpp): pumping queued frames, taking a frame's header and payload,
+/// and waiting through the progress loop (progress.ipp) where the link has nothing yet. What
+/// differs between link types comes from their `link_traits`: how they are waited for (`wait`),
+/// whether a reduction reads their payloads in place (`reads_in_place`).
+/// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
+
+#include "gsync/transport/mesh/host_mesh.hpp"
+
+namespace gsync::transport {
+
+// Hands as much of `peer`'s queue to its link `l` as the medium takes now. Returns true if any
+// byte moved; a lost link fails the transport.
+template <class L>
+inline bool host_mesh::pump_link(int peer, L& l) {
+  std::size_t done = 0;
+  const link_io io = l.pump(done);
+  queued_ -= done;
+  if constexpr (link_traits<L>::wait == link_wait::doorbell) bell_queued_ -= done;
+  if (io.err) [[unlikely]]
+    lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while sending (" +
+                   (io.err == link_io::closed ? std::string("closed") : detail::errno_text(io.err)) +
+                   "): the peer exited or crashed");
+  return io.bytes != 0;
+}
+
+inline bool host_mesh::pump_peer(int peer) {
+  return with_link(peer, [&](auto& l) { return pump_link(peer, l); });
+}
+
+// pump_peer() for every peer waited for by descriptor with queued sends.
+inline void host_mesh::pump_descriptors() {
+  for (int p = 0; p < size_; ++p)
+    if (!peers_[p].by_doorbell() && !peers_[p].q().empty()) pump_peer(p);
+}
+
+// pump_peer() for every peer waited for by doorbell with queued sends; true if any byte moved.
+inline bool host_mesh::pump_doorbells() {
+  bool moved = false;
+  if (bell_queued_ == 0) return false;
+  for (int p : bell_peers_)
+    if (!peers_[p].q().empty()) moved |= pump_peer(p);
+  return moved;
+}
+
+// True once a doorbell peer's link holds what the pending read from it needs.
+inline bool host_mesh::bell_ready(int peer) {
+  return with_link(peer, [](auto& l) {
+    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::doorbell) return l.ready();
+    else return false;
+  });
+}
+
+// Progress without blocking on the doorbell links: pumps their queued sends, reports whether the
+// pending read from `in_peer` (if a doorbell peer) can go on.
+inline bool host_mesh::bell_progress(int in_peer) {
+  bool p = pump_doorbells();
+  if (in_peer >= 0 && peers_[in_peer].by_doorbell() && bell_ready(in_peer)) p = true;
+  return p;
+}
+
+// The descriptor poll(2) watches for `peer`'s data link (-1 for a doorbell link).
+inline int host_mesh::data_fd(int peer) {
+  return with_link(peer, [](auto& l) {
+    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::descriptor) return l.fd();
+    else return -1;
+  });
+}
+
+// A doorbell peer's `failed` word (0 while it runs, and for other peers).
+inline std::uint32_t host_mesh::bell_failed(int peer) {
+  return with_link(peer, [](auto& l) -> std::uint32_t {
+    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::doorbell) return l.peer_failed();
+    else return 0;
+  });
+}
+
+// Takes the next frame's header from `peer`, waiting until it is there; payload bytes that came
+// with it (up to `n`, into dst) are returned.
+template <class L>
+inline std::size_t host_mesh::take_header(int peer, L& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl,
+                                          message_id id) {
+  for (;;) {
+    const link_io io = l.try_header(h, dst, n);
+    if (io.done) return io.bytes;
+    if (io.err) lost_while_receiving(peer, id, io.err);
+    wait_progress(peer, dl, id, n);
+  }
+}
+
+// Takes n payload bytes from `peer`: copied to dst, or (a link that reads in place) handed to
+// `consume` in pieces that are multiples of `align`; then ends the frame.
+template <class L>
+inline void host_mesh::take_payload(int peer, L& l, std::byte* dst, std::size_t n, std::size_t align,
+                                    detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id) {
+  std::size_t got = 0;
+  while (got < n) {
+    const link_io io = l.try_payload(consume ? nullptr : dst + got, n - got, align, consume);
+    if (io.bytes) {
+      got += io.bytes;
+      continue;
+    }
+    if (io.err) lost_while_receiving(peer, id, io.err);
+    wait_progress(peer, dl, id, n - got);
+  }
+  l.end_read();
+}
+
+// Takes up to n payload bytes from `peer` into dst, waiting until at least one is there.
+template <class L>
+inline std::size_t host_mesh::take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id) {
+  if (n == 0) return 0;
+  for (;;) {
+    const link_io io = l.try_payload(dst, n, 1, nullptr);
+    if (io.bytes) return io.bytes;
+    if (io.err) lost_while_receiving(peer, id, io.err);
+    wait_progress(peer, dl, id, n);
+  }
+}
+
+// recv_stream over a link that cannot be read in place: through the staging buffer, handing
+// `consume` what has arrived in multiples of `align` while the rest is still on its way.
+template <class L>
+inline void host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+                                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl) {
+  frame_header h;
+  const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
+  std::size_t have = take_header(peer, l, h, staging_.get(), std::min(cap, n), dl, id);
+  check(h, id, n, peer, staging_.get(), have);
+  std::size_t remaining = n - have;
+  for (bool first = true; first || remaining > 0; first = false) {
+    if (!first || have == 0) {
+      std::size_t got = take_some(peer, l, staging_.get() + have, std::min(cap - have, remaining), dl, id);
+      have += got;
+      remaining -= got;
+    }
+    const std::size_t ready = have - have % align;
+    if (ready == 0) continue;
+    consume(std::span<const std::byte>(staging_.get(), ready));
+    if (have > ready) std::memmove(staging_.get(), staging_.get() + ready, have - ready);
+    have -= ready;
+  }
+  l.end_read();
+}
+
+[[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err) {
+  if (err == link_io::closed)
+    lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                   " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq), peer);
+  lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while receiving (" +
+                 detail::errno_text(err) + ")");
+}
+
+}  // namespace gsync::transport
