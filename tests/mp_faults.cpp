@@ -107,7 +107,7 @@ std::size_t elements(const options& o, double default_mib, std::size_t elem_byte
   bs::store_client store(li.master_addr, li.master_port, dl, key);
   store.hello(li.rank, dl);  // from here on the store knows this rank: its death is a loss
   asio::io_context io;
-  asio::ip::tcp::acceptor acc(io);
+  gsync::detail::net::tcp_acceptor acc(io);
   if (o.mode == "setup") {
     if (li.rank == 0) store.set("gsync/nonce", "12345", dl);
     // A listening socket whose connections are never accepted: peers that connect complete the

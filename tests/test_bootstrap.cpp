@@ -149,7 +149,7 @@ TEST_CASE("GSYNC_SOCKET_IFNAME: an unknown interface is an error that lists the 
 
 TEST_CASE("TCP congestion control: set before connecting, a refused name leaves the default and the job works") {
   asio::io_context io;
-  asio::ip::tcp::acceptor acc(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  gsync::detail::net::tcp_acceptor acc(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   auto s = gsync::detail::connect_retry(io, acc.local_endpoint(), in(2000ms), "test acceptor", "cubic");
   char name[32] = {};
   socklen_t len = sizeof name;

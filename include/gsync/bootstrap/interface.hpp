@@ -60,7 +60,7 @@ inline asio::ip::address interface_address(const std::string& ifname) {
 /// The local address used to reach `master` (routing decision of the kernel, no packet sent).
 inline asio::ip::address route_address(asio::io_context& io, const asio::ip::address& master) {
   if (master.is_loopback()) return master;
-  asio::ip::udp::socket s(io);
+  detail::net::udp_socket s(io);
   asio::error_code ec;
   s.open(master.is_v4() ? asio::ip::udp::v4() : asio::ip::udp::v6(), ec);
   if (!ec) s.connect(asio::ip::udp::endpoint(master, 9), ec);

@@ -145,7 +145,7 @@ class store_client {
   }
 
   asio::io_context io_;
-  asio::ip::tcp::socket s_;
+  detail::net::tcp_socket s_;
   std::string what_;
   std::mutex m_;
   bool broken_ = false;

@@ -76,7 +76,7 @@ class store_server {
  private:
   using clock = std::chrono::steady_clock;
   struct client {
-    asio::ip::tcp::socket s;
+    detail::net::tcp_socket s;
     std::string in, out;
     bool dead = false;
     std::unique_ptr<auth::server_handshake> hs;  // until the client has proved the key
@@ -122,7 +122,7 @@ class store_server {
   }
   void accept_all() {
     for (;;) {
-      auto c = std::make_unique<client>(client{asio::ip::tcp::socket(io_), {}, {}, false, nullptr, clock::now(), {}});
+      auto c = std::make_unique<client>(client{detail::net::tcp_socket(io_), {}, {}, false, nullptr, clock::now(), {}});
       asio::error_code ec;
       acc_.accept(c->s, ec);
       if (ec) return;
@@ -310,7 +310,7 @@ class store_server {
   }
 
   asio::io_context io_;
-  asio::ip::tcp::acceptor acc_;
+  detail::net::tcp_acceptor acc_;
   logger log_;
   auth::job_key key_;
   int wake_[2] = {-1, -1};

@@ -47,8 +47,8 @@ inline bool avx_state_usable([[maybe_unused]] unsigned* ecx1 = nullptr) noexcept
   if (ecx1) *ecx1 = ecx;
   constexpr unsigned avx = 1u << 28, osxsave = 1u << 27;
   if ((ecx & (avx | osxsave)) != (avx | osxsave)) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  unsigned lo = 0;
+  __asm__("xgetbv" : "=a"(lo) : "c"(0) : "edx");  // XCR0's upper half (edx) is not needed
   return (lo & 6u) == 6u;
 #else
   return false;

@@ -190,7 +190,7 @@ class host_mesh {
   // Set-up (setup.ipp).
   void listen(const asio::ip::address& addr);
   std::string lost_rank();
-  void tune(asio::ip::tcp::socket& s);
+  void tune(detail::net::tcp_socket& s);
   void connect_lower(deadline dl);
   void accept_higher(deadline dl);
   void exchange_hosts(const bootstrap::launch_info& li, deadline dl);
@@ -300,7 +300,7 @@ class host_mesh {
   } stall_;
   tcp_options opt_;
   asio::io_context io_;
-  asio::ip::tcp::acceptor acc_;
+  detail::net::tcp_acceptor acc_;
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;

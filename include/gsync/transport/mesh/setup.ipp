@@ -194,7 +194,7 @@ inline std::string host_mesh::lost_rank() {
 }
 
 // Socket options of a data connection; a congestion control the kernel refuses is logged once.
-inline void host_mesh::tune(asio::ip::tcp::socket& s) {
+inline void host_mesh::tune(detail::net::tcp_socket& s) {
   if (!detail::tune_data_socket(s, opt_.socket_buffer_bytes, opt_.congestion) && !cc_warned_) {
     cc_warned_ = true;
     log_.info("TCP congestion control '" + opt_.congestion + "' refused by the kernel (" + detail::errno_text(errno) +
@@ -209,7 +209,7 @@ inline void host_mesh::connect_lower(deadline dl) {
     if (sp == std::string::npos) throw error(errc::mismatch, "bad address record for rank " + std::to_string(j) + ": " + a);
     asio::ip::tcp::endpoint ep(asio::ip::make_address(a.substr(0, sp)),
                                static_cast<std::uint16_t>(std::stoi(a.substr(sp + 1))));
-    auto s = std::make_unique<asio::ip::tcp::socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
+    auto s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
     tune(*s);
     bootstrap::auth::client_handshake(s->native_handle(), key_, dl, "rank " + std::to_string(j));
     hello h;
@@ -224,7 +224,7 @@ inline void host_mesh::connect_lower(deadline dl) {
 inline void host_mesh::accept_higher(deadline dl) {
   int missing = size_ - 1 - rank_;
   while (missing > 0) {
-    auto s = std::make_unique<asio::ip::tcp::socket>(io_);
+    auto s = std::make_unique<detail::net::tcp_socket>(io_);
     // Wait in slices, asking the store between them whether a rank was lost: a rank that died
     // before connecting must not keep this one waiting until the setup deadline.
     bool got = false;
