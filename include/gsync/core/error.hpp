@@ -23,6 +23,7 @@ enum class errc : int {
   aborted = 6,           ///< the communicator was aborted
   system = 7,            ///< an operating-system call failed (see the message for errno text)
   non_finite = 8,        ///< gradients held NaN or Inf (raised on every rank alike; the data is intact)
+  cuda = 9,              ///< a CUDA call failed (the message names the call and CUDA's error)
 };
 
 namespace detail {
@@ -39,6 +40,7 @@ class error_category_impl final : public std::error_category {
       case errc::aborted: return "aborted";
       case errc::system: return "system error";
       case errc::non_finite: return "non-finite values";
+      case errc::cuda: return "CUDA error";
     }
     return "unknown gsync error";
   }

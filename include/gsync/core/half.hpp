@@ -21,17 +21,18 @@
 //   for (i...) out[i] = gsync::half(float(a[i]) + float(b[i]));
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <type_traits>
+
+#include "gsync/detail/hd.hpp"
 
 // Forces inlining of the conversions: they are meant to be expanded inside element-wise loops,
 // and clang's inliner otherwise keeps float_to_half_bits out of line, which stops the loop from
 // being vectorized. Undefined again at the end of this header.
 #if defined(__GNUC__) || defined(__clang__)
-#define GSYNC_HALF_FORCE_INLINE [[gnu::always_inline]]
+#define GSYNC_HALF_FORCE_INLINE [[gnu::always_inline]] GSYNC_HD
 #else
-#define GSYNC_HALF_FORCE_INLINE
+#define GSYNC_HALF_FORCE_INLINE GSYNC_HD
 #endif
 
 namespace gsync {
@@ -40,7 +41,7 @@ namespace detail {
 
 /// Converts a float to IEEE binary16 bits, rounding to nearest, ties to even (see file comment).
 [[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr std::uint16_t float_to_half_bits(float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t x = detail::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::int32_t a = static_cast<std::int32_t>(x & 0x7fffffffu);  // |f|; int: cheap compares
   const std::int32_t e = a >> 23;                                     // biased float exponent
@@ -118,13 +119,13 @@ namespace detail {
   const u16 hi_mag = a >= 0x7c00u ? hi_inf_nan : (a != 0u ? hi_finite : u16{0});
   const u16 hi = static_cast<u16>(hi_mag | (h & 0x8000u));
   const u16 lo = static_cast<u16>((t & 7u) << 13);
-  return std::bit_cast<float>((static_cast<std::uint32_t>(hi) << 16) | lo);
+  return detail::bit_cast<float>((static_cast<std::uint32_t>(hi) << 16) | lo);
 }
 
 /// Converts a float to bfloat16 bits, rounding to nearest, ties to even; NaN -> quiet NaN.
 [[nodiscard]] GSYNC_HALF_FORCE_INLINE constexpr std::uint16_t float_to_bfloat16_bits(
     float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t x = detail::bit_cast<std::uint32_t>(f);
   // Round-to-nearest-even on the 16 dropped bits; a carry ripples into the exponent, and past
   // the largest finite value it yields exactly Inf. Subnormals need no special case: bfloat16
   // has the float exponent range. Cannot wrap: the largest non-NaN input is 0xff800000.
@@ -139,7 +140,7 @@ namespace detail {
     std::uint16_t b) noexcept {
   const std::uint32_t u = b;
   const std::uint32_t quiet = (u & 0x7fffu) > 0x7f80u ? 0x400000u : 0u;
-  return std::bit_cast<float>((u << 16) | quiet);
+  return detail::bit_cast<float>((u << 16) | quiet);
 }
 
 }  // namespace detail
@@ -163,16 +164,16 @@ class half {
   }
 
   /// Makes a half from its raw IEEE binary16 bit pattern.
-  [[nodiscard]] static constexpr half from_bits(std::uint16_t bits) noexcept {
+  [[nodiscard]] GSYNC_HD static constexpr half from_bits(std::uint16_t bits) noexcept {
     return half(raw_tag{}, bits);
   }
 
   /// Returns the raw IEEE binary16 bit pattern.
-  [[nodiscard]] constexpr std::uint16_t bits() const noexcept { return bits_; }
+  [[nodiscard]] GSYNC_HD constexpr std::uint16_t bits() const noexcept { return bits_; }
 
  private:
   struct raw_tag {};
-  constexpr half(raw_tag, std::uint16_t bits) noexcept : bits_(bits) {}
+  GSYNC_HD constexpr half(raw_tag, std::uint16_t bits) noexcept : bits_(bits) {}
 
   std::uint16_t bits_;
 };
@@ -196,16 +197,16 @@ class bfloat16 {
   }
 
   /// Makes a bfloat16 from its raw bit pattern (the top 16 bits of a binary32).
-  [[nodiscard]] static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
+  [[nodiscard]] GSYNC_HD static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
     return bfloat16(raw_tag{}, bits);
   }
 
   /// Returns the raw bit pattern (the top 16 bits of a binary32).
-  [[nodiscard]] constexpr std::uint16_t bits() const noexcept { return bits_; }
+  [[nodiscard]] GSYNC_HD constexpr std::uint16_t bits() const noexcept { return bits_; }
 
  private:
   struct raw_tag {};
-  constexpr bfloat16(raw_tag, std::uint16_t bits) noexcept : bits_(bits) {}
+  GSYNC_HD constexpr bfloat16(raw_tag, std::uint16_t bits) noexcept : bits_(bits) {}
 
   std::uint16_t bits_;
 };

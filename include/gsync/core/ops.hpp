@@ -14,42 +14,46 @@
 ///   gsync::allreduce(comm, std::span<float>{v}, absmax{});
 /// \endcode
 /// It must be associative and commutative up to the rounding the user accepts, and identical on all ranks.
+/// For device buffers its call operator (and `finalize`) must be callable on the device: mark them
+/// `GSYNC_HD` (detail/hd.hpp), as the operators below are.
 
 #include <string_view>
 #include <type_traits>
+
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::op {
 
 /// Sum.
 struct sum {
   static constexpr std::string_view name = "sum";
-  template <class A> constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
 };
 
 /// Product.
 struct prod {
   static constexpr std::string_view name = "prod";
-  template <class A> constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a * b); }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a * b); }
 };
 
 /// Minimum. For floating types, a NaN operand propagates only where `<` says so (as std::min).
 struct min {
   static constexpr std::string_view name = "min";
-  template <class A> constexpr A operator()(A a, A b) const noexcept { return b < a ? b : a; }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return b < a ? b : a; }
 };
 
 /// Maximum. For floating types, a NaN operand propagates only where `<` says so (as std::max).
 struct max {
   static constexpr std::string_view name = "max";
-  template <class A> constexpr A operator()(A a, A b) const noexcept { return a < b ? b : a; }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return a < b ? b : a; }
 };
 
 /// Average: sum, then divided by the world size in the last reduction step. For integer types the
 /// division truncates toward zero (C++ integer division), as MPI users would expect of an int average.
 struct avg {
   static constexpr std::string_view name = "avg";
-  template <class A> constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
-  template <class A> constexpr A finalize(A v, int world_size) const noexcept {
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
+  template <class A> GSYNC_HD constexpr A finalize(A v, int world_size) const noexcept {
     using W = std::common_type_t<A, int>;  // int8 -> int, uint64 -> uint64, float -> float
     return static_cast<A>(static_cast<W>(v) / static_cast<W>(world_size));
   }

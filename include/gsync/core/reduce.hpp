@@ -14,12 +14,13 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/half_simd.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
 
 /// Converts an accumulator back to the element type (one rounding for half/bfloat16).
 template <class T, class A>
-constexpr T from_accum(A a) noexcept {
+GSYNC_HD constexpr T from_accum(A a) noexcept {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return T(static_cast<float>(a));
   else return static_cast<T>(a);
 }
@@ -30,9 +31,10 @@ constexpr T from_accum(A a) noexcept {
 template <class T>
 inline constexpr std::size_t block_elems = 64 / sizeof(T);
 
-/// One combined element: `op(a, b)`, then `op.finalize(., world)` when `Final`.
+/// One combined element: `op(a, b)`, then `op.finalize(., world)` when `Final`. The device
+/// kernels (cuda/reduce.cuh) call this same function, so both paths give the same bits.
 template <bool Final, class T, class Op>
-constexpr T combine(T a, T b, const Op& op, int world) noexcept {
+GSYNC_HD constexpr T combine(T a, T b, const Op& op, int world) noexcept {
   using A = accum_t<T>;
   A v = static_cast<A>(op(static_cast<A>(a), static_cast<A>(b)));
   if constexpr (Final && finalizing_op<Op, T>) v = static_cast<A>(op.finalize(v, world));

@@ -43,17 +43,22 @@ inline constexpr bool is_grad_element_v =
 namespace detail {
 /// Converts a gradient element to float (exact for all three types).
 template <class T>
-inline float to_f(T v) noexcept {
+GSYNC_HD inline float to_f(T v) noexcept {
   return static_cast<float>(v);
 }
 /// Converts a float to a gradient element (rounding to nearest even for the 16-bit types).
 template <class T>
-inline T from_f(float v) noexcept {
+GSYNC_HD inline T from_f(float v) noexcept {
   if constexpr (std::is_same_v<T, float>) return v; else return T(v);
 }
 /// 1 when `v` is Inf or NaN (all exponent bits set), else 0; branch-free.
-inline std::uint32_t nonfinite_bit(float v) noexcept {
-  return (std::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+GSYNC_HD inline std::uint32_t nonfinite_bit(float v) noexcept {
+  return (gsync::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+}
+/// One element of the fused unpack: To(float(v) * factor) (the device kernels use it too).
+template <class From, class To>
+GSYNC_HD inline To unpack_one(From v, float factor) noexcept {
+  return from_f<To>(to_f(v) * factor);
 }
 }  // namespace detail
 
@@ -92,7 +97,7 @@ std::size_t unpack_scan(const From* src, To* dst, std::size_t n, float factor) n
     const std::size_t e = n - b < block ? n : b + block;
     bad = 0;
     for (std::size_t i = b; i < e; ++i) {
-      const To v = detail::from_f<To>(detail::to_f(src[i]) * factor);
+      const To v = detail::unpack_one<From, To>(src[i], factor);
       dst[i] = v;
       bad += detail::nonfinite_bit(detail::to_f(v));
     }

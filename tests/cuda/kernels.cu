@@ -1,0 +1,163 @@
+// The device kernels on a GPU against the host code, bit for bit: the reduce kernel
+// (cuda/reduce.cuh) against the host loops (core/reduce.hpp) for every dtype x op, awkward counts,
+// misaligned and in-place operands; the cast and unpack kernels (cuda/cast.cuh) against the
+// gradient layer's host passes (grad/nonfinite.hpp), values and non-finite count. Without a
+// CUDA device it says "skipped: no CUDA device" and exits 77 (ctest's SKIP_RETURN_CODE), never
+// a pass. Exit 1 on any difference or CUDA error.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gsync/core/ops.hpp>
+#include <gsync/core/reduce.hpp>
+#include <gsync/cuda/cast.cuh>
+#include <gsync/cuda/reduce.cuh>
+#include <gsync/grad/nonfinite.hpp>
+
+#include "../support/reference.hpp"
+
+namespace {
+
+int failures = 0;
+
+template <class T, class Op, bool Final>
+void run(std::size_t n, std::size_t off, bool in_place) {
+  const std::size_t cap = n + off + 16;
+  std::vector<T> a(cap), b(cap), want(cap), got(cap);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[off + i] = gsync_test::input<T, Op>(0, i);
+    b[off + i] = gsync_test::input<T, Op>(1, i);
+  }
+  gsync::detail::reduce_to<Final>(want.data() + off, a.data() + off, b.data() + off, n, Op{}, 3);
+  T *da = nullptr, *db = nullptr, *dd = nullptr;
+  gsync::cuda::check(cudaMalloc(&da, cap * sizeof(T)), "cudaMalloc");
+  gsync::cuda::check(cudaMalloc(&db, cap * sizeof(T)), "cudaMalloc");
+  gsync::cuda::check(cudaMalloc(&dd, cap * sizeof(T)), "cudaMalloc");
+  gsync::cuda::check(cudaMemcpy(da, a.data(), cap * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  gsync::cuda::check(cudaMemcpy(db, b.data(), cap * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  T* dst = in_place ? da : dd;
+  gsync::cuda::reduce<Final>(dst + off, da + off, db + off, n, Op{}, 3, cudaStream_t{});
+  gsync::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  gsync::cuda::check(cudaMemcpy(got.data(), dst, cap * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (n && std::memcmp(got.data() + off, want.data() + off, n * sizeof(T)) != 0) {
+    ++failures;
+    std::printf("FAIL: %zu-byte elements, %s, final %d, n %zu, offset %zu, in place %d\n", sizeof(T), std::string(Op::name).c_str(),
+                Final ? 1 : 0, n, off, in_place ? 1 : 0);
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+}
+
+template <class T, class Op>
+void sweep() {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, gsync::cuda::pack_elems<T> - 1, std::size_t{1000003}, std::size_t{1} << 22})
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}})
+      for (bool in_place : {false, true}) {
+        run<T, Op, false>(n, off, in_place);
+        run<T, Op, true>(n, off, in_place);
+      }
+}
+
+template <class T>
+void sweep_ops() {
+  sweep<T, gsync::op::sum>();
+  sweep<T, gsync::op::prod>();
+  sweep<T, gsync::op::min>();
+  sweep<T, gsync::op::max>();
+  sweep<T, gsync::op::avg>();
+}
+
+template <class T>
+T* to_device(const std::vector<T>& v) {
+  T* d = nullptr;
+  gsync::cuda::check(cudaMalloc(&d, v.size() * sizeof(T)), "cudaMalloc");
+  gsync::cuda::check(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return d;
+}
+
+template <class T>
+std::vector<T> to_host(const T* d, std::size_t n) {
+  std::vector<T> v(n);
+  gsync::cuda::check(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return v;
+}
+
+template <class From, class To>
+void run_map(std::size_t n, std::size_t off) {
+  std::vector<From> src(n + off + 16);
+  for (std::size_t i = 0; i < n; ++i) {
+    float v = static_cast<float>((static_cast<int>(gsync_test::mix(i, 7, 3) % 4001) - 2000) / 3.0);
+    if (i % 97 == 5) v = 1e30f;
+    if (i % 211 == 7) v = std::numeric_limits<float>::quiet_NaN();
+    src[off + i] = gsync::grad::detail::from_f<From>(v);
+  }
+  std::vector<To> want(src.size());
+  From* ds = to_device(src);
+  To* dd = to_device(want);
+  unsigned long long* dcount = nullptr;
+  gsync::cuda::check(cudaMalloc(&dcount, sizeof *dcount), "cudaMalloc");
+  gsync::cuda::check(cudaMemset(dcount, 0, sizeof *dcount), "cudaMemset");
+  gsync::grad::cast_into(src.data() + off, want.data() + off, n);
+  gsync::cuda::cast_into(ds + off, dd + off, n, cudaStream_t{});
+  std::vector<To> got = to_host(dd, want.size());
+  const bool cast_ok = !n || std::memcmp(got.data() + off, want.data() + off, n * sizeof(To)) == 0;
+  const std::size_t want_bad = gsync::grad::unpack_scan(src.data() + off, want.data() + off, n, 3e38f);
+  gsync::cuda::unpack_scan(ds + off, dd + off, n, 3e38f, dcount, cudaStream_t{});
+  got = to_host(dd, want.size());
+  const unsigned long long bad = to_host(dcount, 1)[0];
+  if (!cast_ok || (n && std::memcmp(got.data() + off, want.data() + off, n * sizeof(To)) != 0) || bad != want_bad) {
+    ++failures;
+    std::printf("FAIL: map %zu -> %zu bytes, n %zu, offset %zu (cast %s, count %llu, host %zu)\n", sizeof(From), sizeof(To), n, off,
+                cast_ok ? "ok" : "differs", bad, want_bad);
+  }
+  cudaFree(ds);
+  cudaFree(dd);
+  cudaFree(dcount);
+}
+
+template <class From, class To>
+void sweep_map() {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000003}, std::size_t{1} << 22})
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}}) run_map<From, To>(n, off);
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  try {
+    sweep_ops<float>();
+    sweep_ops<double>();
+    sweep_ops<gsync::half>();
+    sweep_ops<gsync::bfloat16>();
+    sweep_ops<std::int8_t>();
+    sweep_ops<std::uint8_t>();
+    sweep_ops<std::int16_t>();
+    sweep_ops<std::uint16_t>();
+    sweep_ops<std::int32_t>();
+    sweep_ops<std::uint32_t>();
+    sweep_ops<std::int64_t>();
+    sweep_ops<std::uint64_t>();
+    sweep_map<float, gsync::bfloat16>();
+    sweep_map<float, gsync::half>();
+    sweep_map<gsync::bfloat16, float>();
+    sweep_map<gsync::half, float>();
+    sweep_map<float, float>();
+  } catch (const gsync::error& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%s: %d difference(s)\n", failures ? "FAIL" : "ok", failures);
+  return failures ? 1 : 0;
+}
