@@ -194,7 +194,7 @@ class host_mesh {
   void connect_lower(deadline dl);
   void accept_higher(deadline dl);
   void exchange_hosts(const bootstrap::launch_info& li, deadline dl);
-  void connect_links(const bootstrap::launch_info& li, deadline dl);
+  void connect_links(deadline dl);
   static void check_options(const tcp_options& o);
 
   // Moving frames over a peer's data link, waiting where it has nothing yet (link_path.ipp).
@@ -314,6 +314,7 @@ class host_mesh {
   int local_size_ = 1;
   std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()
   int machine_ranks_ = 1;     // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
+  bool cores_shared_ = false; // this machine runs more ranks than it has cores (exchange_hosts)
   std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records
   topology topo_;
   std::optional<links::endpoints> eps_;  // the link types' rank-wide state, from connect_links on

@@ -72,7 +72,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     }
     acc_.close();
     exchange_hosts(li, dl);
-    connect_links(li, dl);
+    connect_links(dl);
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
     // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
     // every rank is ready, every peer has mapped the segment and its name can go.
@@ -80,20 +80,14 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     if (rank_ == 0 || bell_owner()) store_->wait({"gsync/ready_all"}, dl);
     if (shm_endpoint* own = bell_owner()) own->unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
-    // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
-    // identities), or more when other "hosts" (containers, network namespaces) run on the same
-    // kernel, as the fake hosts of benchmarks/netcluster.sh do.
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const bool machine_oversubscribed =
-        static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
-    topo_.set_cores_shared(machine_oversubscribed);
-    if (opt_.spin_us < 0) opt_.spin_us = machine_oversubscribed ? 0 : 50;
+    topo_.set_cores_shared(cores_shared_);
+    if (opt_.spin_us < 0) opt_.spin_us = cores_shared_ ? 0 : 50;
     std::array<int, links::size> per_type{};  // peers per data link type
     for (int p = 0; p < size_; ++p)
       if (p != rank_) ++per_type[peers_[p].via];
     const int nshm = per_type[links::index_of<shm_link>], ntcp = size_ - 1 - nshm;
-    if (opt_.yield_us < 0) opt_.yield_us = machine_oversubscribed && nshm > 0 && ntcp > 0 ? 0 : 2000;
-    if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = machine_oversubscribed && nshm == 0 ? 50 : 0;
+    if (opt_.yield_us < 0) opt_.yield_us = cores_shared_ && nshm > 0 && ntcp > 0 ? 0 : 2000;
+    if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = cores_shared_ && nshm == 0 ? 50 : 0;
     name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
     // What the automatic choice prices a same-host hop with must be the same on every rank, or the
     // ranks choose different schedules: on one host, shared memory only when every pair uses it
@@ -116,7 +110,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
       std::string how = net_given ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
       if (opt_.net_probe && !(opt_.net_gbps > 0 && opt_.net_latency_us > 0)) {
         const auto t0 = std::chrono::steady_clock::now();
-        const probe_result pr = probe_links(*this, dl, machine_oversubscribed);
+        const probe_result pr = probe_links(*this, dl, cores_shared_);
         links = detail::override_links(pr.links, opt_.net_gbps, opt_.net_latency_us);
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
         how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
@@ -285,14 +279,18 @@ inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li, deadline
   }
   topo_ = topology::from_ids(ids);
   local_size_ = static_cast<int>(topo_.ranks_on(topo_.host_of(rank_)).size());
+  // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
+  // identities), or more when other "hosts" (containers, network namespaces) run on the same
+  // kernel, as the fake hosts of benchmarks/netcluster.sh do.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cores_shared_ = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
 }
 
 // Picks every peer's data link (runs once, after the host identities): each link type's
 // endpoint publishes what its peers need, then each peer gets the first type in `links` whose
 // endpoint connects the pair (both ranks decide alike from what both published), and the
 // endpoints finish with every peer placed.
-inline void host_mesh::connect_links(const bootstrap::launch_info& li, deadline dl) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+inline void host_mesh::connect_links(deadline dl) {
   link_setup s;
   s.rank = rank_;
   s.size = size_;
@@ -300,7 +298,7 @@ inline void host_mesh::connect_links(const bootstrap::launch_info& li, deadline 
   s.topo = &topo_;
   s.opt = &opt_;
   s.nonce = nonce_;
-  s.shares_cores = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
+  s.shares_cores = cores_shared_;
   s.dl = dl;
   s.log = log_;
   [&]<std::size_t... I>(std::index_sequence<I...>) { eps_.emplace(((void)I, s)...); }(std::make_index_sequence<links::size>{});
