@@ -74,11 +74,7 @@ void sweep() {
 
 template <class T>
 void sweep_ops() {
-  sweep<T, gsync::op::sum>();
-  sweep<T, gsync::op::prod>();
-  sweep<T, gsync::op::min>();
-  sweep<T, gsync::op::max>();
-  sweep<T, gsync::op::avg>();
+  gsync_test::for_each_op([&]<class Op>() { sweep<T, Op>(); });
 }
 
 }  // namespace
@@ -110,18 +106,7 @@ TEST_CASE("cuda packs: a range splits into an aligned head, whole packs and a ta
 }
 
 TEST_CASE("cuda packs: the reduce kernel's body gives the host loops' bits for every dtype and op") {
-  sweep_ops<float>();
-  sweep_ops<double>();
-  sweep_ops<gsync::half>();
-  sweep_ops<gsync::bfloat16>();
-  sweep_ops<std::int8_t>();
-  sweep_ops<std::uint8_t>();
-  sweep_ops<std::int16_t>();
-  sweep_ops<std::uint16_t>();
-  sweep_ops<std::int32_t>();
-  sweep_ops<std::uint32_t>();
-  sweep_ops<std::int64_t>();
-  sweep_ops<std::uint64_t>();
+  gsync_test::for_each_dtype([&]<class T>() { sweep_ops<T>(); });
 }
 
 // The gradient passes' kernels (cuda/cast.cuh) run `map_share` with the host passes' element
@@ -136,10 +121,7 @@ void check_map(std::size_t off, std::size_t n, std::size_t workers, float factor
   To* dst = reinterpret_cast<To*>(sd.data()) + off;
   To* want = reinterpret_cast<To*>(sh.data()) + off;
   for (std::size_t i = 0; i < n; ++i) {
-    float v = static_cast<float>((static_cast<int>(gsync_test::mix(i, 7, 3) % 4001) - 2000) / 3.0);
-    if (i % 97 == 5) v = 1e30f;                                  // beyond 16-bit range: Inf after a cast
-    if (i % 211 == 7) v = std::numeric_limits<float>::quiet_NaN();
-    src[i] = gsync::grad::detail::from_f<From>(v);
+    src[i] = gsync::grad::detail::from_f<From>(gsync_test::gradient_value(i));
   }
   constexpr std::size_t G = gsync::cuda::step_elems<From, To>;
   // The cast.

@@ -35,21 +35,43 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
+// Both ends of one shared-memory link in this process: rank 0's segment `a` (slot 1 is rank 1's
+// ring to it) and rank 1's `b` (slot 0 is rank 0's ring to it); l0 is rank 0's link, l1 rank 1's.
+struct shm_pair {
+  static constexpr std::size_t ring = 4096;
+  gsync::transport::shm::segment a, b;  // declared first: they outlive the links
+  shm_link l0, l1;
+  explicit shm_pair(const std::string& tag) {
+    const std::string name = "/gsync-test-links-" + tag + "-" + std::to_string(::getpid());
+    a = gsync::transport::shm::segment::create(name + "-a", 2, ring);
+    b = gsync::transport::shm::segment::create(name + "-b", 2, ring);
+    a.unlink();
+    b.unlink();
+    l0.attach(&b.ctl(0), b.data(0), ring, &a.ctl(1), a.data(1), ring, &b.bell());
+    l1.attach(&a.ctl(1), a.data(1), ring, &b.ctl(0), b.data(0), ring, &a.bell());
+  }
+};
+
+// Both ends of one TCP link over a socket pair; sv[0] is l0's socket (for bytes written by hand).
+struct tcp_pair {
+  int sv[2] = {-1, -1};
+  tcp_link l0, l1;
+  tcp_pair() {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    l0.attach(sv[0]);
+    l1.attach(sv[1]);
+  }
+};
+
 }  // namespace
 
 static_assert(gsync::link<tcp_link>);
 static_assert(gsync::link<shm_link>);
 
 TEST_CASE("links: shared-memory link moves frames through its ring, wrapping, and reads in place") {
-  const std::string name = "/gsync-test-links-" + std::to_string(::getpid());
-  constexpr std::size_t ring = 4096;
-  auto a = gsync::transport::shm::segment::create(name + "-a", 2, ring);  // rank 0's segment: slot 1 is rank 1's ring to it
-  auto b = gsync::transport::shm::segment::create(name + "-b", 2, ring);  // rank 1's segment: slot 0 is rank 0's ring to it
-  a.unlink();
-  b.unlink();
-  shm_link l0, l1;  // rank 0's link to rank 1, and rank 1's to rank 0
-  l0.attach(&b.ctl(0), b.data(0), ring, &a.ctl(1), a.data(1), ring, &b.bell());
-  l1.attach(&a.ctl(1), a.data(1), ring, &b.ctl(0), b.data(0), ring, &a.bell());
+  shm_pair pair("frames");
+  auto &l0 = pair.l0, &l1 = pair.l1;  // rank 0's link to rank 1, and rank 1's to rank 0
+  auto& b = pair.b;
   REQUIRE(l0.active());
   // Sizes that straddle the stamped part, the ring's end and the ring's size (several pumps).
   for (std::size_t n : {std::size_t{0}, std::size_t{8}, std::size_t{975}, std::size_t{977}, std::size_t{3000},
@@ -124,11 +146,8 @@ TEST_CASE("links: shared-memory link moves frames through its ring, wrapping, an
 }
 
 TEST_CASE("links: TCP link writes queued frames without blocking and reports its peer's close") {
-  int sv[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  tcp_link l0, l1;
-  l0.attach(sv[0]);
-  l1.attach(sv[1]);
+  tcp_pair pair;
+  auto &l0 = pair.l0, &l1 = pair.l1;
   // More than the socket buffers hold: pump stops when the kernel is full, resumes after reads.
   const auto big = pattern(std::size_t{8} << 20, 3);
   const auto small = pattern(100, 4);
@@ -218,11 +237,9 @@ std::vector<std::byte> read_frame(L& rx, L& tx, frame_header& h, std::size_t n) 
 TEST_CASE("links: the concept's receive calls read frames over both link types") {
   const auto src = pattern(5000, 9);
   SUBCASE("tcp") {
-    int sv[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    tcp_link l0, l1;
-    l0.attach(sv[0]);
-    l1.attach(sv[1]);
+    tcp_pair pair;
+    auto &l0 = pair.l0, &l1 = pair.l1;
+    const int* sv = pair.sv;
     frame_header h{};
     std::byte none[1];
     CHECK(!l1.try_header(h, none, 0).done);  // nothing yet: not done, no error
@@ -251,15 +268,8 @@ TEST_CASE("links: the concept's receive calls read frames over both link types")
     CHECK(l1.try_header(h, none, 0).err == gsync::link_io::closed);
   }
   SUBCASE("shm") {
-    const std::string name = "/gsync-test-links-io-" + std::to_string(::getpid());
-    constexpr std::size_t ring = 4096;
-    auto a = gsync::transport::shm::segment::create(name + "-a", 2, ring);
-    auto b = gsync::transport::shm::segment::create(name + "-b", 2, ring);
-    a.unlink();
-    b.unlink();
-    shm_link l0, l1;
-    l0.attach(&b.ctl(0), b.data(0), ring, &a.ctl(1), a.data(1), ring, &b.bell());
-    l1.attach(&a.ctl(1), a.data(1), ring, &b.ctl(0), b.data(0), ring, &a.bell());
+    shm_pair pair("io");
+    auto &l0 = pair.l0, &l1 = pair.l1;
     frame_header h{};
     CHECK(!l1.try_header(h, nullptr, 0).done);
     CHECK(!l1.peek_header(h));

@@ -67,11 +67,7 @@ void sweep() {
 
 template <class T>
 void sweep_ops() {
-  sweep<T, gsync::op::sum>();
-  sweep<T, gsync::op::prod>();
-  sweep<T, gsync::op::min>();
-  sweep<T, gsync::op::max>();
-  sweep<T, gsync::op::avg>();
+  gsync_test::for_each_op([&]<class Op>() { sweep<T, Op>(); });
 }
 
 template <class T>
@@ -93,10 +89,7 @@ template <class From, class To>
 void run_map(std::size_t n, std::size_t off) {
   std::vector<From> src(n + off + 16);
   for (std::size_t i = 0; i < n; ++i) {
-    float v = static_cast<float>((static_cast<int>(gsync_test::mix(i, 7, 3) % 4001) - 2000) / 3.0);
-    if (i % 97 == 5) v = 1e30f;
-    if (i % 211 == 7) v = std::numeric_limits<float>::quiet_NaN();
-    src[off + i] = gsync::grad::detail::from_f<From>(v);
+    src[off + i] = gsync::grad::detail::from_f<From>(gsync_test::gradient_value(i));
   }
   std::vector<To> want(src.size());
   From* ds = to_device(src);
@@ -137,18 +130,7 @@ int main() {
     return 77;
   }
   try {
-    sweep_ops<float>();
-    sweep_ops<double>();
-    sweep_ops<gsync::half>();
-    sweep_ops<gsync::bfloat16>();
-    sweep_ops<std::int8_t>();
-    sweep_ops<std::uint8_t>();
-    sweep_ops<std::int16_t>();
-    sweep_ops<std::uint16_t>();
-    sweep_ops<std::int32_t>();
-    sweep_ops<std::uint32_t>();
-    sweep_ops<std::int64_t>();
-    sweep_ops<std::uint64_t>();
+    gsync_test::for_each_dtype([&]<class T>() { sweep_ops<T>(); });
     sweep_map<float, gsync::bfloat16>();
     sweep_map<float, gsync::half>();
     sweep_map<gsync::bfloat16, float>();

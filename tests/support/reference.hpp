@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <gsync/gsync.hpp>
@@ -85,6 +86,41 @@ bool check_element(T got, int n, std::uint64_t i) {
     const double tol = (n + 1) * eps<T>() * std::max(mag, 1e-30) * 1.01;
     return std::fabs(g - acc) <= tol;
   }
+}
+
+/// Calls `f.template operator()<T>()` for every element type gsync reduces, in one order.
+template <class F>
+void for_each_dtype(F&& f) {
+  f.template operator()<float>();
+  f.template operator()<double>();
+  f.template operator()<gsync::half>();
+  f.template operator()<gsync::bfloat16>();
+  f.template operator()<std::int8_t>();
+  f.template operator()<std::uint8_t>();
+  f.template operator()<std::int16_t>();
+  f.template operator()<std::uint16_t>();
+  f.template operator()<std::int32_t>();
+  f.template operator()<std::uint32_t>();
+  f.template operator()<std::int64_t>();
+  f.template operator()<std::uint64_t>();
+}
+
+/// Calls `f.template operator()<Op>()` for every built-in reduction operator.
+template <class F>
+void for_each_op(F&& f) {
+  f.template operator()<gsync::op::sum>();
+  f.template operator()<gsync::op::prod>();
+  f.template operator()<gsync::op::min>();
+  f.template operator()<gsync::op::max>();
+  f.template operator()<gsync::op::avg>();
+}
+
+/// A gradient value for element i: spread over about +-667, with a value beyond the 16-bit types'
+/// range (1e30) every 97 elements and a NaN every 211, so casts overflow and scans find some.
+inline float gradient_value(std::uint64_t i) {
+  if (i % 211 == 7) return std::numeric_limits<float>::quiet_NaN();
+  if (i % 97 == 5) return 1e30f;
+  return static_cast<float>((static_cast<int>(mix(i, 7, 3) % 4001) - 2000) / 3.0);
 }
 
 }  // namespace gsync_test
