@@ -104,17 +104,6 @@ class tcp_link {
     return io;
   }
 
-  /// Writes a whole frame now if the kernel takes it, bypassing the queue (best effort: the
-  /// failure notices, which must not wait).
-  void send_now(const frame_header& h, const void* p, std::size_t n) noexcept {
-    if (fd_ < 0) return;
-    iovec iov[2] = {{const_cast<frame_header*>(&h), sizeof h}, {const_cast<void*>(p), n}};
-    msghdr mh{};
-    mh.msg_iov = iov;
-    mh.msg_iovlen = 2;
-    [[maybe_unused]] const ssize_t w = ::sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
-
   /// One non-blocking read of the header's bytes from `have` on, and in the same system call up
   /// to `n` payload bytes into `dst` (never past the expected message). Returns what recvmsg
   /// returns: bytes read, 0 when the peer closed, -1 with errno (EAGAIN: nothing yet).
