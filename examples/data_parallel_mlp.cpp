@@ -50,8 +50,8 @@
 
 #include "common/dense.hpp"
 
-#if __has_include(<gsync/grad/compressed_allreduce.hpp>) && !defined(DP_NO_COMPRESSION)
-#include <gsync/grad/compressed_allreduce.hpp>
+#if __has_include(<gsync/grad/compressed_reducer.hpp>) && !defined(DP_NO_COMPRESSION)
+#include <gsync/grad/compressed_reducer.hpp>  // compression as the synchronizer's bucket reducer
 #define DP_HAVE_COMPRESSION 1
 #endif
 
@@ -251,32 +251,6 @@ double local_step_ms(const options& o, const dense::teacher_dataset& ds, std::si
   return best;
 }
 
-// Compression plugs into the synchronizer as a bucket reducer (see gsync::grad::bucket_reducer): each
-// bucket's compressed exchange is queued on the progress engine as one compound job with gsync::submit,
-// and the bytes it sent are reported back through the job. Built only when the compression headers are
-// present (and DP_NO_COMPRESSION is not defined); otherwise --compress int8|topk says it is not available.
-#ifdef DP_HAVE_COMPRESSION
-template <class P>
-struct compressed_reducer {
-  P policy;
-  std::vector<std::unique_ptr<typename P::state>> states;  // one per bucket; stable addresses for queued jobs
-
-  template <gsync::transport_policy X, class W>
-  gsync::request start(gsync::communicator<X>& comm, const gsync::grad::bucket_job<W>& job) {
-    if constexpr (!std::is_same_v<W, float>) {
-      throw gsync::error(gsync::errc::invalid_argument, "compression needs float32 buckets (use --wire f32)");
-    } else {
-      if (states.size() <= job.bucket) states.resize(job.bucket + 1);
-      if (!states[job.bucket]) states[job.bucket] = std::make_unique<typename P::state>(policy.make_state(job.data.size()));
-      typename P::state* st = states[job.bucket].get();
-      return gsync::submit(comm, [this, job, st](auto& c) {
-        *job.bytes_sent = gsync::grad::compressed_allreduce(c, job.data, policy, *st, job.average);
-      });
-    }
-  }
-};
-#endif
-
 // Reads the "loss" array of a JSON file written by this program.
 std::vector<double> read_losses(const std::string& path) {
   std::ifstream f(path);
@@ -455,14 +429,14 @@ int run(const options& o) {
   if (o.compress == "int8") {
     gsync::grad::compress::int8 p;
     p.error_feedback = o.error_feedback;
-    return train(o, comm, compressed_reducer<gsync::grad::compress::int8>{p, {}});
+    return train(o, comm, gsync::grad::compressed_reducer<gsync::grad::compress::int8>{p});
   }
   gsync::grad::compress::topk p;
   p.ratio = o.topk_ratio;
   p.error_feedback = o.error_feedback;
-  return train(o, comm, compressed_reducer<gsync::grad::compress::topk>{p, {}});
+  return train(o, comm, gsync::grad::compressed_reducer<gsync::grad::compress::topk>{p});
 #else
-  std::fprintf(stderr, "data_parallel_mlp: --compress %s is not available in this build (built without gsync/grad/compressed_allreduce.hpp)\n",
+  std::fprintf(stderr, "data_parallel_mlp: --compress %s is not available in this build (built without gsync/grad/compressed_reducer.hpp)\n",
                o.compress.c_str());
   return 2;
 #endif

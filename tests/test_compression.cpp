@@ -17,9 +17,13 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include <gsync/grad.hpp>
 #include <gsync/grad/compressed_allreduce.hpp>
+#include <gsync/grad/compressed_reducer.hpp>
 
 #include "support/world.hpp"
 
@@ -784,4 +788,75 @@ TEST_CASE("compressed_allreduce int8: ranks that disagree on the block size get 
     CHECK(kind != gsync::errc{});
     CHECK(kind != gsync::errc::timeout);
   }, short_config());
+}
+
+// The library's compression seam of the synchronizer (grad/compressed_reducer.hpp): every bucket
+// reduced with the policy, within its error bound of the exact average, on the policy's wire
+// volume; 16-bit buckets refused.
+TEST_CASE("compressed_reducer: the synchronizer reduces its buckets with a compression policy") {
+  for (int n : {1, 3, 4}) {
+    CAPTURE(n);
+    gsync_test::run_inproc(n, [](auto& comm, gsync_test::world_sync&) {
+      using X = std::remove_reference_t<decltype(comm.transport())>;
+      const int w = comm.size(), r = comm.rank();
+      const std::vector<std::size_t> sizes = {1000, 37, 4096};
+      auto value = [](int rank, std::size_t t, std::size_t i, int step) {
+        return std::sin(0.31f * static_cast<float>(rank + 1) + 0.013f * static_cast<float>(i) + 0.5f * static_cast<float>(t + step));
+      };
+      grad::synchronizer_options o;
+      o.bucket_bytes = 8192;
+      o.first_bucket_bytes = 2048;
+      auto run = [&](auto reducer, std::uint64_t& wire_bytes) {
+        std::vector<std::vector<float>> g(sizes.size());
+        for (std::size_t t = 0; t < sizes.size(); ++t) g[t].resize(sizes[t]);
+        grad::synchronizer<X, decltype(reducer)> sync(comm, o, std::move(reducer));
+        for (std::size_t t = 0; t < sizes.size(); ++t) sync.add(std::span<float>{g[t]}, "t" + std::to_string(t));
+        sync.build();
+        REQUIRE(sync.plan().bucket_count() >= 2);
+        wire_bytes = 0;
+        double worst = 0;
+        for (int step = 0; step < 3; ++step) {
+          for (std::size_t t = 0; t < sizes.size(); ++t)
+            for (std::size_t i = 0; i < sizes[t]; ++i) g[t][i] = value(r, t, i, step);
+          for (std::size_t t = sizes.size(); t-- > 0;) sync.mark_ready(t);
+          const auto res = sync.finish();
+          REQUIRE(res.synced);
+          wire_bytes += res.stats.bytes_on_wire;
+          for (std::size_t t = 0; t < sizes.size(); ++t)
+            for (std::size_t i = 0; i < sizes[t]; ++i) {
+              double avg = 0;
+              for (int k = 0; k < w; ++k) avg += value(k, t, i, step);
+              worst = std::max(worst, std::fabs(g[t][i] - avg / w));
+            }
+        }
+        return worst;
+      };
+      std::uint64_t none_bytes = 0, int8_bytes = 0;
+      const double none_err = run(grad::compressed_reducer<compress::none>{}, none_bytes);
+      const double int8_err = run(grad::compressed_reducer<compress::int8>{}, int8_bytes);
+      CHECK(none_err <= 1e-6);  // float32 on the wire: exact up to float rounding
+      // |values| <= 1: one int8 step is at most 1/127 per quantization, two per element (a rank's
+      // contribution, then the owner's re-quantization of the reduced chunk), error feedback aside.
+      CHECK(int8_err <= 2.5 / 127);
+      if (w > 1) {
+        CHECK(int8_err > 0);  // it did quantize
+        CHECK(int8_bytes <= none_bytes * 3 / 10);
+      }
+      // A 16-bit bucket: refused, the policy chooses the wire encoding.
+      grad::synchronizer_options o16 = o;
+      o16.wire = grad::wire_dtype::bfloat16;
+      std::vector<float> a(100, 1.0f);
+      grad::synchronizer<X, grad::compressed_reducer<compress::int8>> sync(comm, o16);  // the reducer by default
+      sync.add(std::span<float>{a}, "a");
+      sync.build();
+      try {
+        sync.mark_ready(0);
+        (void)sync.finish();
+        FAIL("a bf16 bucket was accepted");
+      } catch (const gsync::error& e) {
+        CHECK(e.code() == gsync::errc::invalid_argument);
+        CHECK(std::string(e.what()).find("float32") != std::string::npos);
+      }
+    }, short_config());
+  }
 }

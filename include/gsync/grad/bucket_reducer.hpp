@@ -37,16 +37,7 @@ struct bucket_job {
 /// (every rank calls it for the same buckets in the same order) and returns the request that finishes
 /// when `job.data` holds the result on this rank; it stores the bytes it sends in `*job.bytes_sent`
 /// (at the latest when the request finishes). A compression policy plugs in here:
-/// \code
-///   struct int8_reducer {                   // sketch: Policy and compressed_allreduce from grad/compression.hpp
-///     Policy policy; std::vector<typename Policy::state> states;   // one per bucket, created lazily
-///     template <class X, class W> gsync::request start(gsync::communicator<X>& c, const bucket_job<W>& j) {
-///       auto& st = state_for(j.bucket, j.data.size());
-///       return gsync::submit(c, [this, j, &st](auto& comm) {
-///         *j.bytes_sent = compressed_allreduce(comm, j.data, policy, st, j.average); });
-///     }
-///   };
-/// \endcode
+/// `grad::compressed_reducer<P>` (grad/compressed_reducer.hpp) reduces every bucket with policy P.
 /// \tparam R the reducer type. \tparam X the communicator's transport.
 template <class R, class X>
 concept bucket_reducer = transport_policy<X> && requires(R& r, communicator<X>& c, const bucket_job<float>& jf,
