@@ -80,29 +80,25 @@ void sweep_ops() {
 }  // namespace
 
 TEST_CASE("cuda packs: a range splits into an aligned head, whole packs and a tail") {
-  // All three 16-byte aligned: no head, floor(n / 4) packs of float.
-  auto s = split_at(0x1000, 0x2000, 0x3000, 10, 4);
-  CHECK(s.head == 0);
-  CHECK(s.packs == 2);
-  // Same offset 4 from a boundary: 3 floats reach it, then packs.
-  s = split_at(0x1004, 0x2004, 0x3004, 20, 4);
-  CHECK(s.head == 3);
-  CHECK(s.packs == 4);
-  // Offsets that differ: no common alignment, everything scalar.
-  s = split_at(0x1004, 0x2008, 0x3004, 100, 4);
-  CHECK(s.head == 0);
-  CHECK(s.packs == 0);
-  // An offset that is not a multiple of the element: doubles straddle every boundary.
-  s = split_at(0x1004, 0x2004, 0x3004, 100, 8);
-  CHECK(s.packs == 0);
-  // A range shorter than the head: all head.
-  s = split_at(0x1001, 0x2001, 0x3001, 5, 1);
-  CHECK(s.head == 5);
-  CHECK(s.packs == 0);
-  // int8 at offset 1: 15 to the boundary, then packs of 16.
-  s = split_at(0x1001, 0x2001, 0x3001, 100, 1);
-  CHECK(s.head == 15);
-  CHECK(s.packs == 5);
+  struct row {
+    std::uintptr_t d, a, b;
+    std::size_t n, elem, head, packs;
+    const char* what;
+  };
+  const row rows[] = {
+      {0x1000, 0x2000, 0x3000, 10, 4, 0, 2, "all 16-byte aligned: no head, floor(n / 4) packs of float"},
+      {0x1004, 0x2004, 0x3004, 20, 4, 3, 4, "the same offset 4: 3 floats reach the boundary, then packs"},
+      {0x1004, 0x2008, 0x3004, 100, 4, 0, 0, "offsets that differ: no common alignment, all scalar"},
+      {0x1004, 0x2004, 0x3004, 100, 8, 0, 0, "an offset that is no multiple of the element: doubles straddle every boundary"},
+      {0x1001, 0x2001, 0x3001, 5, 1, 5, 0, "a range shorter than the head: all head"},
+      {0x1001, 0x2001, 0x3001, 100, 1, 15, 5, "int8 at offset 1: 15 to the boundary, then packs of 16"},
+  };
+  for (const row& r : rows) {
+    CAPTURE(r.what);
+    const auto s = split_at(r.d, r.a, r.b, r.n, r.elem);
+    CHECK(s.head == r.head);
+    CHECK(s.packs == r.packs);
+  }
 }
 
 TEST_CASE("cuda packs: the reduce kernel's body gives the host loops' bits for every dtype and op") {
