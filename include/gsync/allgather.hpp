@@ -26,6 +26,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -97,6 +99,40 @@ request allgather_async(communicator<X>& comm, std::span<const std::type_identit
   return detail::launch_async(comm, "allgather", [i = in.data(), o = out.data(), c = in.size()](communicator<X>& x, op_ticket tk) {
     detail::allgather_run<Algo, space>(x, tk, i, o, c);
   });
+}
+
+namespace detail {
+/// Launches an allgather of device buffers on `s`: the host schedule on mirrors of the input and
+/// of the output (N blocks, windowed alike).
+template <class Algo, class X, class T>
+request allgather_device(communicator<X>& comm, const T* in, T* out, std::size_t c, cuda_stream s) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  cuda::detail::staged_plan plan{staged(in, 1, c, true, false), staged(out, n, c, false, true), false};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "allgather", s, plan, [&] {
+    return [plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& x, std::size_t w, std::byte* im, std::byte* om) {
+      allgather_run<Algo, staged_memory>(x, tk[w], mirror_as<T>(im), mirror_as<T>(om), plan.in.elems_of(w));
+    };
+  });
+}
+}  // namespace detail
+
+/// Allgather of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
+/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// Same sizes and in-place form as the host overload.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void allgather(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, cuda_stream stream) {
+  detail::check_allgather<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  (void)detail::allgather_device<Algo>(comm, in.data(), out.data(), in.size(), stream);
+}
+
+/// The device allgather with a request that finishes once the result is in device memory.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request allgather_async(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, cuda_stream stream) {
+  detail::check_allgather<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  return detail::allgather_device<Algo>(comm, in.data(), out.data(), in.size(), stream);
 }
 
 }  // namespace gsync

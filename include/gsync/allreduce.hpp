@@ -37,6 +37,8 @@
 #include "gsync/core/primitives.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -101,6 +103,19 @@ void check_allreduce(std::span<const T> in, std::span<T> out) {
     throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
 }
 
+/// Launches an allreduce of device buffers on stream `s` (in == out: in place): the host schedule
+/// in place on one mirror, filled from `in` and copied back to `out`.
+template <class Algo, class X, class T, class Op>
+request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s) {
+  cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, true), true};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "allreduce", s, plan, [&] {
+    return [op, plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& c, std::size_t w, std::byte* m, std::byte*) {
+      allreduce_run<Algo, staged_memory>(c, tk[w], mirror_as<T>(m), mirror_as<T>(m), plan.in.elems_of(w), op);
+    };
+  });
+}
+
 }  // namespace detail
 
 /// Out-of-place allreduce: out[i] = op over ranks of in[i]. `in` and `out` have the same size on
@@ -140,6 +155,47 @@ template <algorithm Algo = algo::automatic, transport_policy X, element T, class
   requires reduction_op<Op, T>
 request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
   return detail::allreduce_issue<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
+}
+
+/// In-place allreduce of device memory, ordered on CUDA stream `stream` (NCCL's contract): returns
+/// once the work is queued; later work on `stream` sees data[i] = op over ranks of data[i]. The
+/// buffer must not change until then. An error after the call breaks the communicator and is
+/// thrown by its next call (cuda/staging.hpp says how the data moves).
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator
+/// (its calls usable in device code: see GSYNC_HD, detail/hd.hpp).
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void allreduce(communicator<X>& comm, device_span<T> data, Op op, cuda_stream stream) {
+  (void)detail::allreduce_device<Algo>(comm, data.data(), data.data(), data.size(), op, stream);
+}
+
+/// Out-of-place allreduce of device memory on `stream`: out[i] = op over ranks of in[i]; `in` and
+/// `out` have the same size and are the same buffer or do not overlap.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void allreduce(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op, cuda_stream stream) {
+  detail::check_allreduce<T>(std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  (void)detail::allreduce_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
+}
+
+/// The in-place device allreduce, with a request that finishes once the results are in device
+/// memory (and fails with the operation's error). The work is ordered on `stream` as well.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator<X>& comm, device_span<T> data, Op op, cuda_stream stream) {
+  return detail::allreduce_device<Algo>(comm, data.data(), data.data(), data.size(), op, stream);
+}
+
+/// The out-of-place device allreduce with a request (see the in-place form).
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op,
+                        cuda_stream stream) {
+  detail::check_allreduce<T>(std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  return detail::allreduce_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
 }
 
 }  // namespace gsync

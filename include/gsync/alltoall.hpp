@@ -24,6 +24,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -94,6 +96,40 @@ request alltoall_async(communicator<X>& comm, std::span<const std::type_identity
   using space = memory_space_of_t<decltype(out)>;  // std::span: host memory
   return detail::launch_async(comm, "alltoall", [i = in.data(), o = out.data(), c = in.size() / static_cast<std::size_t>(comm.size())](
                                                     communicator<X>& x, op_ticket tk) { detail::alltoall_run<Algo, space>(x, tk, i, o, c); });
+}
+
+namespace detail {
+/// Launches an alltoall of device buffers on `s`: the host schedule on mirrors of the input and
+/// the output (N blocks each, windowed alike).
+template <class Algo, class X, class T>
+request alltoall_device(communicator<X>& comm, const T* in, T* out, std::size_t c, cuda_stream s) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  cuda::detail::staged_plan plan{staged(in, n, c, true, false), staged(out, n, c, false, true), false};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "alltoall", s, plan, [&] {
+    return [plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& x, std::size_t w, std::byte* im, std::byte* om) {
+      alltoall_run<Algo, staged_memory>(x, tk[w], mirror_as<T>(im), mirror_as<T>(om), plan.in.elems_of(w));
+    };
+  });
+}
+}  // namespace detail
+
+/// Alltoall of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
+/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// Same sizes as the host overload; the buffers must not overlap.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void alltoall(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, cuda_stream stream) {
+  detail::check_alltoall<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  (void)detail::alltoall_device<Algo>(comm, in.data(), out.data(), out.size() / static_cast<std::size_t>(comm.size()), stream);
+}
+
+/// The device alltoall with a request that finishes once the result is in device memory.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request alltoall_async(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, cuda_stream stream) {
+  detail::check_alltoall<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  return detail::alltoall_device<Algo>(comm, in.data(), out.data(), out.size() / static_cast<std::size_t>(comm.size()), stream);
 }
 
 }  // namespace gsync

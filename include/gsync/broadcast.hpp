@@ -24,6 +24,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -84,6 +86,39 @@ request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
   return detail::launch_async(comm, "broadcast", [root, d = data.data(), n = data.size()](communicator<X>& x, op_ticket tk) {
     detail::broadcast_run<Algo, space>(x, tk, d, n, root);
   });
+}
+
+namespace detail {
+/// Launches a broadcast of a device buffer on `s`: the root copies its buffer in, the others copy
+/// the result out; the host schedule runs on one mirror.
+template <class Algo, class X, class T>
+request broadcast_device(communicator<X>& comm, T* data, std::size_t count, int root, cuda_stream s) {
+  const bool is_root = comm.rank() == root;
+  cuda::detail::staged_plan plan{staged(data, 1, count, is_root, false), staged(data, 1, count, false, !is_root), true};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "broadcast", s, plan, [&] {
+    return [plan, root, tk = collective_tickets(comm, plan.windows)](communicator<X>& x, std::size_t w, std::byte* m, std::byte*) {
+      broadcast_run<Algo, staged_memory>(x, tk[w], mirror_as<T>(m), plan.in.elems_of(w), root);
+    };
+  });
+}
+}  // namespace detail
+
+/// Broadcast of device memory from `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
+/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+void broadcast(communicator<X>& comm, device_span<T> data, int root, cuda_stream stream) {
+  detail::check_rank("broadcast", "root", root, comm.size());
+  (void)detail::broadcast_device<Algo>(comm, data.data(), data.size(), root, stream);
+}
+
+/// The device broadcast with a request that finishes once the data is in device memory.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
+template <algorithm Algo = algo::automatic, transport_policy X, element T>
+request broadcast_async(communicator<X>& comm, device_span<T> data, int root, cuda_stream stream) {
+  detail::check_rank("broadcast", "root", root, comm.size());
+  return detail::broadcast_device<Algo>(comm, data.data(), data.size(), root, stream);
 }
 
 }  // namespace gsync

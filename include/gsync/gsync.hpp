@@ -11,6 +11,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
+#include "gsync/device_span.hpp"
 #include "gsync/reduce.hpp"
 #include "gsync/reduce_scatter.hpp"
 #include "gsync/send_recv.hpp"

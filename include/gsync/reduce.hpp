@@ -25,6 +25,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -103,6 +105,44 @@ request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t
   return detail::launch_async(comm, "reduce", [op, root, i = in.data(), o = out.data(), n = in.size()](communicator<X>& x, op_ticket tk) {
     detail::reduce_run<Algo, space>(x, tk, i, o, n, op, root);
   });
+}
+
+namespace detail {
+/// Launches a reduce of device buffers on `s`: every rank copies its input in; the root copies the
+/// result out. The host schedule runs on mirrors of both.
+template <class Algo, class X, class T, class Op>
+request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root, cuda_stream s) {
+  const bool is_root = comm.rank() == root;
+  cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, is_root), false};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "reduce", s, plan, [&] {
+    return [op, plan, root, tk = collective_tickets(comm, plan.windows)](communicator<X>& x, std::size_t w, std::byte* im, std::byte* om) {
+      reduce_run<Algo, staged_memory>(x, tk[w], mirror_as<T>(im), mirror_as<T>(om), plan.in.elems_of(w), op, root);
+    };
+  });
+}
+}  // namespace detail
+
+/// Reduce of device memory to `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
+/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// Same sizes as the host overload (`out` is read only on the root).
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void reduce(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op, int root,
+            cuda_stream stream) {
+  detail::check_reduce<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()), root);
+  (void)detail::reduce_device<Algo>(comm, in.data(), out.data(), in.size(), op, root, stream);
+}
+
+/// The device reduce with a request that finishes once the root's result is in device memory.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request reduce_async(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op, int root,
+                     cuda_stream stream) {
+  detail::check_reduce<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()), root);
+  return detail::reduce_device<Algo>(comm, in.data(), out.data(), in.size(), op, root, stream);
 }
 
 }  // namespace gsync

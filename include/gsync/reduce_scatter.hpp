@@ -27,6 +27,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 
 namespace gsync {
 
@@ -104,6 +106,43 @@ request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_id
   return detail::launch_async(comm, "reduce_scatter", [op, i = in.data(), o = out.data(), c = out.size()](communicator<X>& x, op_ticket tk) {
     detail::reduce_scatter_run<Algo, space>(x, tk, i, o, c, op);
   });
+}
+
+namespace detail {
+/// Launches a reduce_scatter of device buffers on `s`: the host schedule on mirrors of the input
+/// (N blocks, windowed alike) and of the output.
+template <class Algo, class X, class T, class Op>
+request reduce_scatter_device(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op, cuda_stream s) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  cuda::detail::staged_plan plan{staged(in, n, c, true, false), staged(out, 1, c, false, true), false};
+  plan.cut(comm.settings().cuda_staging_bytes);
+  return staged_launch(comm, "reduce_scatter", s, plan, [&] {
+    return [op, plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& x, std::size_t w, std::byte* im, std::byte* om) {
+      reduce_scatter_run<Algo, staged_memory>(x, tk[w], mirror_as<T>(im), mirror_as<T>(om), plan.out.elems_of(w), op);
+    };
+  });
+}
+}  // namespace detail
+
+/// Reduce-scatter of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
+/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// Same sizes and in-place form as the host overload.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+void reduce_scatter(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op, cuda_stream stream) {
+  detail::check_reduce_scatter<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  (void)detail::reduce_scatter_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
+}
+
+/// The device reduce_scatter with a request that finishes once the result is in device memory.
+/// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
+template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
+  requires reduction_op<Op, T>
+request reduce_scatter_async(communicator<X>& comm, device_span<const std::type_identity_t<T>> in, device_span<T> out, Op op,
+                             cuda_stream stream) {
+  detail::check_reduce_scatter<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
+  return detail::reduce_scatter_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
 }
 
 }  // namespace gsync

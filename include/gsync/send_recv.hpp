@@ -39,6 +39,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/device_collective.hpp"
+#include "gsync/device_span.hpp"
 #include "gsync/transport/frame.hpp"
 
 namespace gsync {
@@ -220,6 +222,110 @@ template <transport_policy X, class U, element T>
 request sendrecv_async(communicator<X>& comm, std::span<U> send_data, int dst, int send_tag, std::span<T> recv_data,
                        int src, int recv_tag) {
   return comm.issue("sendrecv", detail::sendrecv_job(comm, std::span<const std::remove_const_t<U>>{send_data}, dst, send_tag, recv_data, src, recv_tag));
+}
+
+namespace detail {
+/// Tickets of `msgs` consecutive point-to-point messages (at least one) made by `next`.
+template <class Next>
+std::vector<op_ticket> message_tickets(std::size_t msgs, Next next) {
+  std::vector<op_ticket> t;
+  for (std::size_t i = 0; i < std::max<std::size_t>(msgs, 1); ++i) t.push_back(next());
+  return t;
+}
+
+/// Launches a send (`sd`, `sn` elements to `dst`), a receive (`rd`, `rn` from `src`) or both, of
+/// device buffers on `s`. Each message is cut into windows of half the staging size (one message
+/// per window, every window numbered: both sides cut alike whichever call they use); window w
+/// sends and receives at once where both have a window w.
+template <class X, class S, class R>
+request p2p_device(communicator<X>& comm, const char* kind, const S* sd, std::size_t sn, int dst, int stag, R* rd,
+                   std::size_t rn, int src, int rtag, bool sending, bool receiving, cuda_stream s) {
+  cuda::detail::staged_plan plan{staged(sd, sending ? 1 : 0, sn, true, false), staged(rd, receiving ? 1 : 0, rn, false, true), false};
+  plan.cut_messages(comm.settings().cuda_staging_bytes);
+  const std::size_t smsgs = sending ? std::max<std::size_t>(plan.in.windows(), 1) : 0;
+  const std::size_t rmsgs = receiving ? std::max<std::size_t>(plan.out.windows(), 1) : 0;
+  plan.windows = std::max(smsgs, rmsgs);
+  const bool self = sending && receiving && dst == comm.rank();
+  return staged_launch(comm, kind, s, plan, [&] {
+    std::vector<op_ticket> ts, tr;
+    if (!self) {
+      if (sending) ts = message_tickets(smsgs, [&] { return comm.next_send_op(dst); });
+      if (receiving) tr = message_tickets(rmsgs, [&] { return comm.next_recv_op(src); });
+    }
+    return [plan, ts, tr, dst, stag, src, rtag, self](communicator<X>& c, std::size_t w, std::byte* im, std::byte* om) {
+      const S* sm = mirror_as<const S>(im);
+      R* rm = mirror_as<R>(om);
+      const std::size_t ns = plan.in.elems_of(w), nr = plan.out.elems_of(w);
+      if (self) sendrecv_self(sm, ns, stag, rm, nr, rtag, dst);
+      else if (w < ts.size() && w < tr.size()) sendrecv_run<staged_memory>(c, ts[w], sm, ns, dst, stag, tr[w], rm, nr, src, rtag);
+      else if (w < ts.size()) send_run<staged_memory>(c, ts[w], sm, ns, dst, stag);
+      else recv_run<staged_memory>(c, tr[w], rm, nr, src, rtag);
+    };
+  });
+}
+}  // namespace detail
+
+/// Sends device memory to `peer` with `tag`, ordered on CUDA stream `stream`: returns once queued;
+/// the send reads `data` after the work queued before it on `stream`, and later work on `stream`
+/// runs after the data has left `data` (it may then be reused). A peer may receive it with a host
+/// or a device recv alike. Staged through host memory (cuda/staging.hpp).
+/// \tparam X transport of the communicator. \tparam U element type, possibly const.
+template <transport_policy X, class U>
+  requires element<std::remove_const_t<U>>
+void send(communicator<X>& comm, device_span<U> data, int peer, int tag, cuda_stream stream) {
+  using T = std::remove_const_t<U>;
+  detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  (void)detail::p2p_device(comm, "send", static_cast<const T*>(data.data()), data.size(), peer, tag, static_cast<T*>(nullptr), 0, 0, 0, true, false, stream);
+}
+/// The device send with a request that finishes once the data has left `data`.
+/// \tparam X transport of the communicator. \tparam U element type, possibly const.
+template <transport_policy X, class U>
+  requires element<std::remove_const_t<U>>
+request send_async(communicator<X>& comm, device_span<U> data, int peer, int tag, cuda_stream stream) {
+  using T = std::remove_const_t<U>;
+  detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  return detail::p2p_device(comm, "send", static_cast<const T*>(data.data()), data.size(), peer, tag, static_cast<T*>(nullptr), 0, 0, 0, true, false, stream);
+}
+
+/// Receives the next message from `peer` into device memory, ordered on `stream`: later work on
+/// `stream` sees it. Sizes and tags as the host recv.
+/// \tparam X transport of the communicator. \tparam T element type.
+template <transport_policy X, element T>
+void recv(communicator<X>& comm, device_span<T> data, int peer, int tag, cuda_stream stream) {
+  detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  (void)detail::p2p_device(comm, "recv", static_cast<const T*>(nullptr), 0, 0, 0, data.data(), data.size(), peer, tag, false, true, stream);
+}
+/// The device recv with a request that finishes once the data is in device memory.
+/// \tparam X transport of the communicator. \tparam T element type.
+template <transport_policy X, element T>
+request recv_async(communicator<X>& comm, device_span<T> data, int peer, int tag, cuda_stream stream) {
+  detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  return detail::p2p_device(comm, "recv", static_cast<const T*>(nullptr), 0, 0, 0, data.data(), data.size(), peer, tag, false, true, stream);
+}
+
+/// sendrecv of device memory (see the host sendrecv), ordered on `stream`.
+/// \tparam X transport. \tparam U element type sent, possibly const. \tparam R element type received.
+template <transport_policy X, class U, element R>
+  requires element<std::remove_const_t<U>>
+void sendrecv(communicator<X>& comm, device_span<U> send_data, int dst, int send_tag, device_span<R> recv_data, int src,
+              int recv_tag, cuda_stream stream) {
+  using S = std::remove_const_t<U>;
+  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
+                         recv_data.size_bytes(), comm.rank(), comm.size());
+  (void)detail::p2p_device(comm, "sendrecv", static_cast<const S*>(send_data.data()), send_data.size(), dst, send_tag, recv_data.data(), recv_data.size(),
+                           src, recv_tag, true, true, stream);
+}
+/// The device sendrecv with a request that finishes once both are done.
+/// \tparam X transport. \tparam U element type sent, possibly const. \tparam R element type received.
+template <transport_policy X, class U, element R>
+  requires element<std::remove_const_t<U>>
+request sendrecv_async(communicator<X>& comm, device_span<U> send_data, int dst, int send_tag, device_span<R> recv_data,
+                       int src, int recv_tag, cuda_stream stream) {
+  using S = std::remove_const_t<U>;
+  detail::check_sendrecv(dst, send_tag, send_data.data(), send_data.size_bytes(), src, recv_tag, recv_data.data(),
+                         recv_data.size_bytes(), comm.rank(), comm.size());
+  return detail::p2p_device(comm, "sendrecv", static_cast<const S*>(send_data.data()), send_data.size(), dst, send_tag, recv_data.data(),
+                            recv_data.size(), src, recv_tag, true, true, stream);
 }
 
 }  // namespace gsync

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <mutex>
 #include <new>
 #include <span>
@@ -340,13 +341,16 @@ class communicator {
     auto& e = engine();
     if (e.broken())
       return request(std::make_shared<detail::finished_op>(e.shared(), what, std::make_exception_ptr(e.shared()->broken_error())));
-    auto op = e.make_op(what, issue_timeout(), [g = std::forward<F>(f)](void* owner) mutable {
-      g(*static_cast<communicator*>(owner));
-    });
+    auto op = e.make_op(what, issue_timeout(), bound_op<std::decay_t<F>>{std::forward<F>(f)});
     if (e.on_engine_thread()) e.run_inline(*op, this);
     else e.enqueue(op);
     return request(std::move(op));
   }
+
+  /// The slot where an optional part keeps its per-communicator state (the CUDA staging
+  /// resources, cuda/staging.hpp), made by that part on first use. Jobs that use it hold a
+  /// reference, and the engine stops before the communicator's members go, so it outlives them.
+  std::shared_ptr<void>& device_state_slot() noexcept { return device_state_; }
 
   /// The progress engine, created (without a thread yet) on first use.
   detail::progress_engine& engine() {
@@ -358,6 +362,15 @@ class communicator {
   bool broken() const noexcept { return engine_ && engine_->broken(); }
 
  private:
+  // A queued job bound to the communicator it runs on; forwards `skipped()` when the job has it.
+  template <class F>
+  struct bound_op {
+    F f;
+    void operator()(void* owner) { f(*static_cast<communicator*>(owner)); }
+    void skipped() noexcept {
+      if constexpr (requires { f.skipped(); }) f.skipped();
+    }
+  };
   static constexpr std::uint64_t in_job_bit = std::uint64_t{1} << 63;  // numbers of operations inside jobs
 
   struct p2p_counters {
@@ -400,6 +413,7 @@ class communicator {
     fixed_placement_ = std::move(o.fixed_placement_);
     counters_ = o.counters_;
     trace_ = std::move(o.trace_);
+    device_state_ = std::move(o.device_state_);
     engine_ = std::move(o.engine_);
     if (engine_) engine_->rebind(this);
   }
@@ -422,6 +436,7 @@ class communicator {
   std::shared_ptr<topology> fixed_placement_;  // deterministic mode only (see placement())
   op_counters counters_;
   std::shared_ptr<trace_writer> trace_;
+  std::shared_ptr<void> device_state_;                // device_state_slot()
   std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call
 };
 

@@ -241,6 +241,11 @@ struct config {
   /// sizes and these settings, never what the start-up probe measured (`join` skips the probe;
   /// the links count as assumed, or as given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US).
   bool deterministic = false;
+  /// Device buffers moved through host staging (cuda/staging.hpp): the most bytes of pinned host
+  /// memory one operation's mirror holds (GSYNC_CUDA_STAGING_BYTES, default 64M, at least 64K).
+  /// A message whose mirror would be larger runs as consecutive windows. Every rank must use the
+  /// same value (a difference is reported as a mismatch).
+  std::size_t cuda_staging_bytes = std::size_t{64} << 20;
   /// Settings of the TCP / shared-memory transport, for communicators that `join` a job
   /// (transport/tcp_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
   transport::tcp_options transport;
@@ -264,6 +269,12 @@ struct config {
     if (auto d = detail::env("GSYNC_DETERMINISTIC")) {
       if (*d != "0" && *d != "1") throw error(errc::invalid_argument, "GSYNC_DETERMINISTIC='" + *d + "' must be 0 or 1");
       c.deterministic = *d == "1";
+    }
+    if (auto s = detail::env("GSYNC_CUDA_STAGING_BYTES")) {
+      auto b = detail::parse_size(*s);
+      if (!b || *b < (std::size_t{64} << 10))
+        throw error(errc::invalid_argument, "GSYNC_CUDA_STAGING_BYTES='" + *s + "' is not a size of at least 64K, such as 64M");
+      c.cuda_staging_bytes = *b;
     }
     c.transport = detail::tcp_options_from_env();
     return c;

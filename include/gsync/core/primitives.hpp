@@ -34,6 +34,11 @@
 
 namespace gsync {
 
+namespace cuda::detail {
+template <class, class, class>
+class staged_primitives;
+}  // namespace cuda::detail
+
 /// A range of one of the operation's buffers, as handed to primitives. Algorithms treat it as opaque.
 /// \tparam T element type.
 template <class T>
@@ -45,6 +50,7 @@ class region {
 
  private:
   template <class, class, class> friend class host_primitives;
+  template <class, class, class> friend class cuda::detail::staged_primitives;
   region(T* p, std::size_t n) : p_(p), n_(n) {}
   T* p_ = nullptr;
   std::size_t n_ = 0;

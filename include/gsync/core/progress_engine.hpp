@@ -55,6 +55,10 @@ class queued_op final : public op_state {
   queued_op(std::shared_ptr<engine_shared> eng, std::chrono::milliseconds timeout, const char* what, F f)
       : op_state(std::move(eng), timeout, what), f_(std::move(f)) {}
   void run(void* owner) override { f_(owner); }  ///< runs the work on communicator `owner`
+  /// Tells the work it will not run, when it wants to know (a `skipped()` member).
+  void skipped() noexcept override {
+    if constexpr (requires { f_.skipped(); }) f_.skipped();
+  }
 
  private:
   F f_;
@@ -183,7 +187,9 @@ class progress_engine {
       std::exception_ptr err;
       if (shared_->broken()) {
         err = std::make_exception_ptr(shared_->broken_error());
+        op->skipped();
       } else if (late) {
+        op->skipped();
         err = std::make_exception_ptr(error(errc::aborted, "operation not run: the communicator was destroyed and its queued "
                                                            "work did not finish within the timeout"));
       } else {

@@ -121,6 +121,10 @@ class op_state {
 
   /// Runs the operation on the communicator `owner` (engine thread, or inline). Throws on failure.
   virtual void run(void* owner) = 0;
+  /// Called instead of `run` when the engine drops the operation without running it (the
+  /// communicator is broken, or being destroyed): work that holds a resource outside the process
+  /// (a CUDA stream waiting for the operation) lets go of it here.
+  virtual void skipped() noexcept {}
 
   /// Records the start time (engine, before `run`).
   void mark_started() noexcept { started_ = clock::now(); }

@@ -1,0 +1,145 @@
+#pragma once
+/// \file
+/// The launcher of collectives on device buffers (`device_span`) with a CUDA stream: what every
+/// collective's device overload shares. It numbers the operation on the calling thread, closes a
+/// gate on the user's stream and queues a job on the communicator's progress engine that runs the
+/// collective's host schedule over pinned mirrors (cuda/staging.hpp). The call returns once the
+/// work is ordered on the stream (NCCL's contract); the request it makes finishes when the results
+/// are in device memory. An error after the call (a lost peer, a timeout, a CUDA error) releases
+/// the stream, breaks the communicator (the next call throws it) and fails the request.
+///
+/// Only the window callback is templated on the element type; the rest runs in cuda/staging.hpp.
+/// Under nvcc, or with GSYNC_WITH_CUDA, this header also installs the real CUDA runtime.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gsync/core/communicator.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/request.hpp"
+#include "gsync/cuda/api.hpp"
+#include "gsync/cuda/staged_primitives.hpp"
+#include "gsync/cuda/staging.hpp"
+#include "gsync/device_span.hpp"
+
+#if defined(__CUDACC__) || (defined(GSYNC_WITH_CUDA) && GSYNC_WITH_CUDA)
+#include "gsync/cuda/cuda_runtime_api.hpp"
+#endif
+
+namespace gsync::detail {
+
+/// The staging resources of `comm`, made on its first device operation (on the caller's current
+/// device, through the installed CUDA runtime).
+template <class X>
+std::shared_ptr<cuda::detail::device_state> device_state_of(communicator<X>& comm) {
+  auto& slot = comm.device_state_slot();
+  if (!slot) slot = std::make_shared<cuda::detail::device_state>(cuda::current_runtime_api());
+  return std::static_pointer_cast<cuda::detail::device_state>(slot);
+}
+
+/// A gate held by a queued job: released exactly once, when the job ends or is dropped unrun.
+class gate_hold {
+ public:
+  gate_hold(std::shared_ptr<cuda::detail::device_state> st, std::uint64_t value, cuda::event_handle start) noexcept
+      : st_(std::move(st)), value_(value), start_(start) {}
+  gate_hold(gate_hold&& o) noexcept : st_(std::move(o.st_)), value_(o.value_), start_(std::exchange(o.start_, nullptr)) {}
+  gate_hold& operator=(gate_hold&&) = delete;
+  ~gate_hold() { release(); }
+  cuda::detail::device_state& state() const noexcept { return *st_; }  ///< the resources
+  /// The start event, handed to the run (which returns it to the pool).
+  cuda::event_handle take_start() noexcept { return std::exchange(start_, nullptr); }
+  /// Opens the gate (idempotent).
+  void release() noexcept {
+    if (!st_) return;
+    if (start_) st_->give_event(std::exchange(start_, nullptr));
+    st_->release(value_);
+    st_.reset();
+  }
+
+ private:
+  std::shared_ptr<cuda::detail::device_state> st_;
+  std::uint64_t value_ = 0;
+  cuda::event_handle start_ = nullptr;
+};
+
+/// The queued job of one staged operation.
+/// \tparam X transport. \tparam F `void(communicator<X>&, std::size_t w, std::byte* in_mirror,
+/// std::byte* out_mirror)`: runs the collective's schedule on window `w` of the plan.
+template <class X, class F>
+struct staged_job {
+  gate_hold gate;
+  cuda::detail::staged_plan plan;
+  std::chrono::milliseconds limit;
+  F run_window;
+
+  void operator()(communicator<X>& comm) {
+    try {
+      gate.state().run(plan, gate.take_start(), limit, [&](std::size_t w, std::byte* in_m, std::byte* out_m) {
+        run_window(comm, w, in_m, out_m);
+      });
+    } catch (...) {
+      gate.release();  // the stream goes on; the error breaks the communicator
+      throw;
+    }
+    gate.release();
+  }
+  void skipped() noexcept { gate.release(); }
+};
+
+/// Launches a staged operation (see the file comment) and returns its request (empty when the
+/// plan moves nothing). \param kind the collective's name; \param s the user's stream;
+/// \param plan the buffers, already cut into windows; \param number called once the call is
+/// known to go ahead: numbers the operation's messages (collective or point-to-point tickets)
+/// and returns the window runner (see staged_job).
+template <class X, class N>
+request staged_launch(communicator<X>& comm, const char* kind, cuda_stream s, const cuda::detail::staged_plan& plan, N number) {
+  if (comm.broken()) comm.engine().throw_broken();
+  auto st = device_state_of(comm);
+  if (st->api().capturing(s))
+    throw error(errc::invalid_argument, std::string(kind) +
+                                            ": the stream is being captured into a CUDA graph; device collectives through host "
+                                            "staging cannot be captured (run them outside the capture)");
+  auto run_window = number();
+  if (plan.windows == 0) return {};  // nothing to move (numbered as the host path numbers it)
+  const std::chrono::milliseconds limit = comm.issue_timeout();
+  auto [value, start] = st->close_gate(s, limit * static_cast<long>(plan.windows) + std::chrono::seconds(10));
+  gate_hold gate(st, value, start);
+  return comm.issue(kind, staged_job<X, decltype(run_window)>{std::move(gate), plan, limit, std::move(run_window)});
+}
+
+/// A device buffer of `blocks` blocks of `block_elems` elements of T.
+/// \tparam T element type (const for inputs).
+template <class T>
+cuda::detail::staged_buffer staged(T* dev, std::size_t blocks, std::size_t block_elems, bool copy_in, bool copy_out) {
+  cuda::detail::staged_buffer b;
+  b.dev = reinterpret_cast<std::byte*>(const_cast<std::remove_const_t<T>*>(dev));
+  b.blocks = blocks;
+  b.block_elems = block_elems;
+  b.elem = sizeof(T);
+  b.copy_in = copy_in;
+  b.copy_out = copy_out;
+  return b;
+}
+
+/// Tickets of `windows` consecutive collectives (at least one: an empty operation is numbered too).
+template <class X>
+std::vector<op_ticket> collective_tickets(communicator<X>& comm, std::size_t windows) {
+  std::vector<op_ticket> t;
+  for (std::size_t w = 0; w < std::max<std::size_t>(windows, 1); ++w) t.push_back(comm.next_op());
+  return t;
+}
+
+/// The mirror at `p` as elements of T.
+template <class T>
+T* mirror_as(std::byte* p) noexcept {
+  return reinterpret_cast<T*>(p);
+}
+
+}  // namespace gsync::detail

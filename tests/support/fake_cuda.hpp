@@ -1,0 +1,189 @@
+#pragma once
+// A host stand-in for the CUDA runtime (gsync::cuda::runtime_api), so the staged path of device
+// buffers is tested on machines without a GPU. "Device memory" is host memory; each stream is a
+// FIFO of tasks run in order by its own thread, so work on a stream really is asynchronous to the
+// caller and ordered only as CUDA would order it (events, waits); an event completes when the
+// stream's task recorded for it has run. Tests queue their own "kernels" with `launch` and wait
+// with `synchronize`. Counters and fault injection let tests check bounds and failure paths.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <map>
+#include <thread>
+
+#include <gsync/cuda/api.hpp>
+
+namespace gsync_test {
+
+class fake_cuda final : public gsync::cuda::runtime_api {
+ public:
+  struct stream_impl {
+    std::mutex m;
+    std::condition_variable cv, idle_cv;
+    std::deque<std::function<void()>> q;
+    bool stop = false, busy = false;
+    std::thread t;
+    stream_impl() {
+      t = std::thread([this] {
+        std::unique_lock lk(m);
+        for (;;) {
+          cv.wait(lk, [&] { return stop || !q.empty(); });
+          if (q.empty()) return;
+          auto f = std::move(q.front());
+          q.pop_front();
+          busy = true;
+          lk.unlock();
+          f();
+          lk.lock();
+          busy = false;
+          idle_cv.notify_all();
+        }
+      });
+    }
+    ~stream_impl() {
+      {
+        std::lock_guard lk(m);
+        stop = true;
+      }
+      cv.notify_all();
+      t.join();
+    }
+    void push(std::function<void()> f) {
+      {
+        std::lock_guard lk(m);
+        q.push_back(std::move(f));
+      }
+      cv.notify_all();
+    }
+    void drain() {
+      std::unique_lock lk(m);
+      idle_cv.wait(lk, [&] { return q.empty() && !busy; });
+    }
+  };
+  struct event_impl {
+    std::atomic<std::uint64_t> recorded{0}, completed{0};
+  };
+
+  fake_cuda() = default;
+  ~fake_cuda() override {
+    default_.reset();
+  }
+
+  // --- test controls ---
+  /// Queues host work on `s` (a stand-in for a kernel).
+  void launch(gsync::cuda_stream s, std::function<void()> f) { impl(s).push(std::move(f)); }
+  /// Blocks until everything queued on `s` has run.
+  void synchronize(gsync::cuda_stream s) { impl(s).drain(); }
+  /// Copies failing from the n-th on (0: never), as a CUDA error would.
+  std::atomic<long> fail_copy_from{0};
+  std::atomic<long> copies{0};              // copy_async calls
+  std::atomic<long> d2h_bytes{0}, h2d_bytes{0};
+  std::atomic<long> pinned_bytes{0};        // currently allocated
+  std::atomic<long> pinned_peak{0};
+  std::atomic<long> streams_alive{0};
+  std::atomic<bool> capture{false};         // what capturing() answers
+
+  // --- runtime_api ---
+  const char* name() const noexcept override { return "fake"; }
+  int current_device() override { return 0; }
+  void set_device(int) override {}
+  gsync::cuda_stream create_stream() override {
+    ++streams_alive;
+    return reinterpret_cast<gsync::cuda_stream>(new stream_impl);
+  }
+  void destroy_stream(gsync::cuda_stream s) noexcept override {
+    --streams_alive;
+    delete reinterpret_cast<stream_impl*>(s);
+  }
+  gsync::cuda::event_handle create_event() override { return new event_impl; }
+  void destroy_event(gsync::cuda::event_handle e) noexcept override { delete static_cast<event_impl*>(e); }
+  void record(gsync::cuda::event_handle e, gsync::cuda_stream s) override {
+    auto* ev = static_cast<event_impl*>(e);
+    const std::uint64_t gen = ++ev->recorded;
+    impl(s).push([ev, gen] {
+      std::uint64_t c = ev->completed.load();
+      while (c < gen && !ev->completed.compare_exchange_weak(c, gen)) {
+      }
+    });
+  }
+  bool query(gsync::cuda::event_handle e) override {
+    auto* ev = static_cast<event_impl*>(e);
+    return ev->completed.load() >= ev->recorded.load();
+  }
+  void stream_wait_event(gsync::cuda_stream s, gsync::cuda::event_handle e) override {
+    auto* ev = static_cast<event_impl*>(e);
+    const std::uint64_t target = ev->recorded.load();
+    impl(s).push([ev, target] {
+      while (ev->completed.load() < target) std::this_thread::yield();
+    });
+  }
+  void copy_async(void* dst, const void* src, std::size_t bytes, gsync::cuda::copy_kind kind, gsync::cuda_stream s) override {
+    const long n = ++copies;
+    if (fail_copy_from && n >= fail_copy_from)
+      throw gsync::error(gsync::errc::cuda, "cudaMemcpyAsync failed: cudaErrorIllegalAddress (fake: injected)");
+    if (kind == gsync::cuda::copy_kind::device_to_host) d2h_bytes += static_cast<long>(bytes);
+    if (kind == gsync::cuda::copy_kind::host_to_device) h2d_bytes += static_cast<long>(bytes);
+    impl(s).push([=] { std::memcpy(dst, src, bytes); });
+  }
+  void* alloc_pinned(std::size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!p) throw gsync::error(gsync::errc::cuda, "cudaHostAlloc failed (fake)");
+    {
+      std::lock_guard lk(m_);
+      sizes_[p] = bytes;
+    }
+    const long now = pinned_bytes += static_cast<long>(bytes);
+    long peak = pinned_peak.load();
+    while (now > peak && !pinned_peak.compare_exchange_weak(peak, now)) {
+    }
+    return p;
+  }
+  void free_pinned(void* p) noexcept override {
+    {
+      std::lock_guard lk(m_);
+      pinned_bytes -= static_cast<long>(sizes_[p]);
+      sizes_.erase(p);
+    }
+    std::free(p);
+  }
+  void wait_word(gsync::cuda_stream s, std::uint64_t* word, std::uint64_t value, std::chrono::milliseconds limit) override {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    impl(s).push([word, value, until] {
+      std::atomic_ref<std::uint64_t> a(*word);
+      while (static_cast<std::int64_t>(a.load(std::memory_order_acquire) - value) < 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    });
+  }
+  bool capturing(gsync::cuda_stream) override { return capture.load(); }
+
+ private:
+  stream_impl& impl(gsync::cuda_stream s) {
+    if (s) return *reinterpret_cast<stream_impl*>(s);
+    std::lock_guard lk(m_);
+    if (!default_) default_ = std::make_unique<stream_impl>();
+    return *default_;
+  }
+  std::mutex m_;
+  std::unique_ptr<stream_impl> default_;
+  std::map<void*, std::size_t> sizes_;
+};
+
+/// Installs a fake runtime for the scope of a test (restores the previous one after).
+struct fake_cuda_scope {
+  fake_cuda api;
+  gsync::cuda::runtime_api* prev;
+  fake_cuda_scope() : prev(gsync::cuda::set_runtime_api(&api)) {}
+  ~fake_cuda_scope() { gsync::cuda::set_runtime_api(prev); }
+  fake_cuda_scope(const fake_cuda_scope&) = delete;
+  fake_cuda_scope& operator=(const fake_cuda_scope&) = delete;
+};
+
+}  // namespace gsync_test
