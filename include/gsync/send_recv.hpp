@@ -256,7 +256,10 @@ request p2p_device(communicator<X>& comm, const char* kind, const S* sd, std::si
       const S* sm = mirror_as<const S>(im);
       R* rm = mirror_as<R>(om);
       const std::size_t ns = plan.in.elems_of(w), nr = plan.out.elems_of(w);
-      if (self) sendrecv_self(sm, ns, stag, rm, nr, rtag, dst);
+      if (self) {
+        mirror_ready();  // a local copy, not through the staged primitives
+        sendrecv_self(sm, ns, stag, rm, nr, rtag, dst);
+      }
       else if (w < ts.size() && w < tr.size()) sendrecv_run<staged_memory>(c, ts[w], sm, ns, dst, stag, tr[w], rm, nr, src, rtag);
       else if (w < ts.size()) send_run<staged_memory>(c, ts[w], sm, ns, dst, stag);
       else recv_run<staged_memory>(c, tr[w], rm, nr, src, rtag);

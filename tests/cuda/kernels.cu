@@ -2,6 +2,8 @@
 // (cuda/reduce.cuh) against the host loops (core/reduce.hpp) for every dtype x op, awkward counts,
 // misaligned and in-place operands; the cast and unpack kernels (cuda/cast.cuh) against the
 // gradient layer's host passes (grad/nonfinite.hpp), values and non-finite count. Without a
+// int8 encode / decode kernels (cuda/quantize.cuh) against the host's blockwise quantizer
+// (grad/quantize.hpp): scales, levels, residuals and decoded values. Without a
 // CUDA device it says "skipped: no CUDA device" and exits 77 (ctest's SKIP_RETURN_CODE), never
 // a pass. Exit 1 on any difference or CUDA error.
 
@@ -17,6 +19,8 @@
 #include <gsync/core/ops.hpp>
 #include <gsync/core/reduce.hpp>
 #include <gsync/cuda/cast.cuh>
+#include <gsync/cuda/quantize.cuh>
+#include <gsync/grad/quantize.hpp>
 #include <gsync/cuda/reduce.cuh>
 #include <gsync/grad/nonfinite.hpp>
 
@@ -121,6 +125,72 @@ void sweep_map() {
     for (std::size_t off : {std::size_t{0}, std::size_t{1}}) run_map<From, To>(n, off);
 }
 
+/// int8 encode (with and without error feedback) and decode of `n` values in blocks of `block`,
+/// device against host, bit for bit. Block 1 holds a NaN and block 2 is negligible when present.
+void run_int8(std::size_t n, std::size_t block, gsync::grad::rounding mode, bool feedback) {
+  namespace gq = gsync::grad;
+  std::vector<float> g(n), r(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    g[i] = gsync_test::gradient_value(i);
+    r[i] = 0.01f * gsync_test::gradient_value(i + 7);
+  }
+  if (n > block) g[block + 1] = std::numeric_limits<float>::quiet_NaN();
+  if (n > 2 * block)
+    for (std::size_t i = 2 * block; i < std::min(n, 3 * block); ++i) g[i] = r[i] = 0x1p-110f;
+  const std::size_t blocks = (n + block - 1) / block;
+  const auto rng = gq::counter_rng::make(42, 3, 17, 0);
+  const std::uint64_t first = 1000;
+  // host
+  std::vector<float> hr = r, hscale(blocks), hdec(n), hacc(n, 1.5f);
+  std::vector<std::int8_t> hq(n);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t off = b * block, len = std::min(block, n - off);
+    std::vector<float> e(g.begin() + static_cast<std::ptrdiff_t>(off), g.begin() + static_cast<std::ptrdiff_t>(off + len));
+    if (feedback)
+      for (std::size_t i = 0; i < len; ++i) e[i] = hr[off + i] + e[i];
+    const gq::block_scale s = gq::scale_of(e.data(), len);
+    gq::quantize_block(e.data(), len, s, hq.data() + off, mode, rng, first + off);
+    if (feedback) {
+      gq::update_residual(e.data(), hq.data() + off, len, s);
+      std::copy(e.begin(), e.end(), hr.begin() + static_cast<std::ptrdiff_t>(off));
+    }
+    hscale[b] = s.scale;
+    gq::dequantize_block(hq.data() + off, len, s.scale, hdec.data() + off);
+    gq::dequantize_add_block(hq.data() + off, len, s.scale, hacc.data() + off);
+  }
+  // device
+  float* dg = to_device(g);
+  float* dr = to_device(r);
+  std::vector<float> zeros(std::max<std::size_t>(blocks, 1)), ones(std::max<std::size_t>(n, 1), 1.5f);
+  float* dscale = to_device(zeros);
+  std::vector<std::int8_t> qz(std::max<std::size_t>(n, 1));
+  std::int8_t* dq = to_device(qz);
+  float* ddec = to_device(ones);
+  float* dacc = to_device(ones);
+  gsync::cuda::int8_encode(dg, feedback ? dr : nullptr, n, block, mode, rng, first, dscale, dq, cudaStream_t{});
+  gsync::cuda::int8_decode(dscale, dq, n, block, ddec, false, cudaStream_t{});
+  gsync::cuda::int8_decode(dscale, dq, n, block, dacc, true, cudaStream_t{});
+  const auto gq_ = to_host(dq, qz.size());
+  const auto gscale = to_host(dscale, zeros.size());
+  const auto gr = to_host(dr, r.size());
+  const auto gdec = to_host(ddec, ones.size());
+  const auto gacc = to_host(dacc, ones.size());
+  const bool same = !n || (std::memcmp(gq_.data(), hq.data(), n) == 0 && std::memcmp(gscale.data(), hscale.data(), blocks * 4) == 0 &&
+                           (!feedback || std::memcmp(gr.data(), hr.data(), n * 4) == 0) &&
+                           std::memcmp(gdec.data(), hdec.data(), n * 4) == 0 && std::memcmp(gacc.data(), hacc.data(), n * 4) == 0);
+  if (!same) {
+    ++failures;
+    std::printf("FAIL: int8 n %zu block %zu %s%s\n", n, block, mode == gq::rounding::nearest ? "nearest" : "stochastic",
+                feedback ? " with error feedback" : "");
+  }
+  cudaFree(dg);
+  cudaFree(dr);
+  cudaFree(dscale);
+  cudaFree(dq);
+  cudaFree(ddec);
+  cudaFree(dacc);
+}
+
 }  // namespace
 
 int main() {
@@ -136,6 +206,10 @@ int main() {
     sweep_map<gsync::bfloat16, float>();
     sweep_map<gsync::half, float>();
     sweep_map<float, float>();
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{1000003}})
+      for (std::size_t block : {std::size_t{64}, std::size_t{256}, std::size_t{4096}})
+        for (auto mode : {gsync::grad::rounding::nearest, gsync::grad::rounding::stochastic})
+          for (bool feedback : {false, true}) run_int8(n, block, mode, feedback);
   } catch (const gsync::error& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,9 @@
 #include <thread>
 
 #include <gsync/cuda/api.hpp>
+#include <gsync/cuda/grad_api.hpp>
+#include <gsync/grad/clip.hpp>
+#include <gsync/grad/nonfinite.hpp>
 
 namespace gsync_test {
 
@@ -89,6 +93,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::atomic<long> pinned_bytes{0};        // currently allocated
   std::atomic<long> pinned_peak{0};
   std::atomic<long> streams_alive{0};
+  std::atomic<long> device_allocations{0};  // alloc_device minus free_device
   std::atomic<bool> capture{false};         // what capturing() answers
 
   // --- runtime_api ---
@@ -133,6 +138,19 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     if (kind == gsync::cuda::copy_kind::host_to_device) h2d_bytes += static_cast<long>(bytes);
     impl(s).push([=] { std::memcpy(dst, src, bytes); });
   }
+  void* alloc_device(std::size_t bytes) override {
+    void* p = std::aligned_alloc(256, (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256);
+    if (!p) throw gsync::error(gsync::errc::cuda, "cudaMalloc failed (fake)");
+    ++device_allocations;
+    return p;
+  }
+  void free_device(void* p) noexcept override {
+    if (p) --device_allocations;
+    std::free(p);
+  }
+  void zero_async(void* p, std::size_t bytes, gsync::cuda_stream s) override {
+    impl(s).push([=] { std::memset(p, 0, bytes); });
+  }
   void* alloc_pinned(std::size_t bytes) override {
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (!p) throw gsync::error(gsync::errc::cuda, "cudaHostAlloc failed (fake)");
@@ -176,12 +194,62 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::map<void*, std::size_t> sizes_;
 };
 
-/// Installs a fake runtime for the scope of a test (restores the previous one after).
+/// The gradient passes on fake streams: the host passes of grad/nonfinite.hpp and grad/clip.hpp,
+/// queued on the stream as its tasks (the sum of squares in the host's sequential order).
+class fake_grad_kernels final : public gsync::cuda::grad_kernels {
+ public:
+  explicit fake_grad_kernels(fake_cuda& api) : api_(api) {}
+  void cast(const void* src, gsync::dtype from, void* dst, gsync::dtype to, std::size_t n, gsync::cuda_stream s) override {
+    both(from, to, [&](auto f, auto t) {
+      using F = decltype(f);
+      using T = decltype(t);
+      api_.launch(s, [=] { gsync::grad::cast_into(static_cast<const F*>(src), static_cast<T*>(dst), n); });
+    });
+  }
+  void unpack_scan(const void* src, gsync::dtype from, void* dst, gsync::dtype to, std::size_t n, float factor,
+                   unsigned long long* counter, gsync::cuda_stream s) override {
+    both(from, to, [&](auto f, auto t) {
+      using F = decltype(f);
+      using T = decltype(t);
+      api_.launch(s, [=] { *counter += gsync::grad::unpack_scan(static_cast<const F*>(src), static_cast<T*>(dst), n, factor); });
+    });
+  }
+  void sum_squares(const void* x, gsync::dtype t, std::size_t n, double* out, gsync::cuda_stream s) override {
+    gsync::grad::detail::visit_grad_type(t, [&](auto v) {
+      using T = decltype(v);
+      api_.launch(s, [=] { *out = gsync::grad::detail::sum_squares(static_cast<const T*>(x), n); });
+    });
+  }
+  void scale(void* x, gsync::dtype t, std::size_t n, float factor, gsync::cuda_stream s) override {
+    gsync::grad::detail::visit_grad_type(t, [&](auto v) {
+      using T = decltype(v);
+      api_.launch(s, [=] {
+        T* p = static_cast<T*>(x);
+        for (std::size_t i = 0; i < n; ++i) p[i] = gsync::grad::detail::from_f<T>(gsync::grad::detail::to_f(p[i]) * factor);
+      });
+    });
+  }
+
+ private:
+  template <class F>
+  static void both(gsync::dtype a, gsync::dtype b, F&& f) {
+    gsync::grad::detail::visit_grad_type(a, [&](auto x) { gsync::grad::detail::visit_grad_type(b, [&](auto y) { f(x, y); }); });
+  }
+  fake_cuda& api_;
+};
+
+/// Installs a fake runtime and fake gradient kernels for the scope of a test (restores the previous
+/// ones after).
 struct fake_cuda_scope {
   fake_cuda api;
+  fake_grad_kernels kernels{api};
   gsync::cuda::runtime_api* prev;
-  fake_cuda_scope() : prev(gsync::cuda::set_runtime_api(&api)) {}
-  ~fake_cuda_scope() { gsync::cuda::set_runtime_api(prev); }
+  gsync::cuda::grad_kernels* prev_kernels;
+  fake_cuda_scope() : prev(gsync::cuda::set_runtime_api(&api)), prev_kernels(gsync::cuda::set_grad_kernels(&kernels)) {}
+  ~fake_cuda_scope() {
+    gsync::cuda::set_grad_kernels(prev_kernels);
+    gsync::cuda::set_runtime_api(prev);
+  }
   fake_cuda_scope(const fake_cuda_scope&) = delete;
   fake_cuda_scope& operator=(const fake_cuda_scope&) = delete;
 };

@@ -60,6 +60,12 @@ class runtime_api {
   virtual void stream_wait_event(cuda_stream s, event_handle e) = 0;
   /// Queues a copy of `bytes` bytes on `s`.
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, cuda_stream s) = 0;
+  /// Device memory on the current device (the device synchronizer's buckets).
+  virtual void* alloc_device(std::size_t bytes) = 0;
+  /// Frees memory from alloc_device.
+  virtual void free_device(void* p) noexcept = 0;
+  /// Queues setting `bytes` bytes of device memory at `p` to zero on `s`.
+  virtual void zero_async(void* p, std::size_t bytes, cuda_stream s) = 0;
   /// Page-locked host memory that every device can copy from and to (and read as mapped memory).
   virtual void* alloc_pinned(std::size_t bytes) = 0;
   /// Frees memory from alloc_pinned.

@@ -70,6 +70,13 @@ class cuda_runtime final : public runtime_api {
                                                                  : cudaMemcpyDeviceToDevice;
     check(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
   }
+  void* alloc_device(std::size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  void free_device(void* p) noexcept override { (void)cudaFree(p); }
+  void zero_async(void* p, std::size_t bytes, cuda_stream s) override { check(cudaMemsetAsync(p, 0, bytes, s), "cudaMemsetAsync"); }
   void* alloc_pinned(std::size_t bytes) override {
     void* p = nullptr;
     check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc");

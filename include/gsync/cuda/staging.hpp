@@ -311,6 +311,9 @@ class device_state {
           if (w + 1 >= 2) api_.stream_wait_event(d2h_, out_done_[(w + 1) % 2]);  // its mirror's copy-out first
           copy_in(plan, w + 1);
         }
+        // The schedule writes this mirror from the host (receives into the output part, which no
+        // copy-in covers): the copy-out of the window that used it before must have finished.
+        if (w >= 2) wait_event(api_, out_done_[b], dl, "copying results to device memory");
         readiness r(api_, mirror_[b].p, in_pieces_[b], in_events_[b], dl);
         current_readiness = &r;
         struct reset {
@@ -386,7 +389,10 @@ class device_state {
     after_.emplace_back(s, api_.create_event());
     return after_.back().second;
   }
+  // Streams first: their queued waits and records refer to the events and the mirrors.
   void release_resources() noexcept {
+    if (d2h_) api_.destroy_stream(d2h_);
+    if (h2d_) api_.destroy_stream(h2d_);
     for (auto& m : mirror_)
       if (m.p) api_.free_pinned(m.p);
     for (event_handle e : all_events_) api_.destroy_event(e);
@@ -395,8 +401,6 @@ class device_state {
       api_.destroy_event(e);
     }
     if (gate_) api_.free_pinned(gate_);
-    if (d2h_) api_.destroy_stream(d2h_);
-    if (h2d_) api_.destroy_stream(h2d_);
   }
 
   runtime_api& api_;

@@ -136,6 +136,12 @@ std::vector<op_ticket> collective_tickets(communicator<X>& comm, std::size_t win
   return t;
 }
 
+/// Waits until the running window's whole mirror has arrived: for window runners that read the
+/// mirror themselves rather than through staged primitives (which wait piece by piece).
+inline void mirror_ready() {
+  if (cuda::detail::current_readiness) cuda::detail::current_readiness->ensure_all();
+}
+
 /// The mirror at `p` as elements of T.
 template <class T>
 T* mirror_as(std::byte* p) noexcept {

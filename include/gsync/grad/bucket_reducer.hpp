@@ -8,7 +8,9 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <type_traits>
 
 #include "gsync/algo/select.hpp"
 #include "gsync/allreduce.hpp"
@@ -18,6 +20,7 @@
 #include "gsync/core/half.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
+#include "gsync/grad/wide_accumulation.hpp"
 
 namespace gsync::grad {
 
@@ -55,28 +58,43 @@ inline double allreduce_bytes_sent(algo::allreduce_id id, std::size_t bytes, int
 }
 
 /// The default reducer: one allreduce (op::avg or op::sum) per bucket on the communicator's progress
-/// engine, algorithm chosen by the library. Reports the payload bytes this rank sent, counted by the
-/// transport where it counts (`counting_transport`: TCP/shared memory and in-process do), else the
-/// bytes the chosen algorithm sends per rank (`allreduce_bytes_sent`).
+/// engine, algorithm chosen by the library; 16-bit buckets with float32 accumulation across ranks
+/// (`allreduce_wide`, grad/wide_accumulation.hpp: one rounding per element, not one per hop).
+/// Reports the payload bytes this rank sent, counted by the transport where it counts
+/// (`counting_transport`: TCP/shared memory and in-process do), else the bytes the chosen
+/// algorithm sends per rank (`allreduce_bytes_sent`; 2 (N-1)/N of the bucket for 16-bit ones).
 struct allreduce_reducer {
   /// Issues the allreduce of `job.data`. \tparam X transport. \tparam W wire element type.
   template <transport_policy X, class W>
   request start(communicator<X>& comm, const bucket_job<W>& job) {
+    constexpr bool wide = !std::is_same_v<W, float>;
+    auto reduce = [data = job.data, average = job.average, scratch = scratch_](communicator<X>& c) {
+      if constexpr (wide) allreduce_wide(c, data, average, *scratch);
+      else if (average) allreduce(c, data, op::avg{});
+      else allreduce(c, data, op::sum{});
+    };
     if constexpr (counting_transport<X>) {
-      return submit(comm, [data = job.data, average = job.average, out = job.bytes_sent](communicator<X>& c) {
+      return submit(comm, [reduce, out = job.bytes_sent](communicator<X>& c) mutable {
         const std::uint64_t before = c.transport().payload_bytes_posted();
-        if (average) allreduce(c, data, op::avg{});
-        else allreduce(c, data, op::sum{});
+        reduce(c);
         *out = c.transport().payload_bytes_posted() - before;
       });
     }
     const std::size_t bytes = job.data.size_bytes();
-    const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
-                                           &comm.placement(), nullptr, comm.segment_bytes());
-    *job.bytes_sent = static_cast<std::uint64_t>(allreduce_bytes_sent(ch.id, bytes, comm.size()) + 0.5);
-    if (job.average) return allreduce_async(comm, job.data, op::avg{});
-    return allreduce_async(comm, job.data, op::sum{});
+    if constexpr (wide) {
+      const double n = comm.size();
+      *job.bytes_sent = static_cast<std::uint64_t>(2.0 * (n - 1) / n * static_cast<double>(bytes) + 0.5);
+    } else {
+      const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
+                                             &comm.placement(), nullptr, comm.segment_bytes());
+      *job.bytes_sent = static_cast<std::uint64_t>(allreduce_bytes_sent(ch.id, bytes, comm.size()) + 0.5);
+    }
+    return submit(comm, reduce);
   }
+
+ private:
+  // 16-bit buckets' scratch: used by one job at a time (the engine runs them in order)
+  std::shared_ptr<wide_scratch> scratch_ = std::make_shared<wide_scratch>();
 };
 
 }  // namespace gsync::grad

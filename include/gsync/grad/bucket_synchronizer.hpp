@@ -30,6 +30,7 @@
 #include "gsync/grad/loss_scaler.hpp"
 #include "gsync/grad/nonfinite.hpp"
 #include "gsync/grad/stats.hpp"
+#include "gsync/grad/synchronizer_common.hpp"
 #include "gsync/grad/synchronizer_options.hpp"
 
 namespace gsync::grad {
@@ -104,17 +105,14 @@ class synchronizer {
   /// View gradients are zero-initialized.
   void build() {
     if (built_) return;
-    std::vector<tensor_spec> specs;
-    specs.reserve(tensors_.size());
-    for (const auto& t : tensors_) specs.push_back(t.ref.spec());
-    plan_ = bucket_plan::make(specs, plan_options{opt_.bucket_bytes, opt_.first_bucket_bytes});
-    check_same_plan_everywhere();
+    plan_ = detail::plan_for(tensors_, opt_);
+    detail::check_same_registration(comm_, tensors_, opt_, "synchronizer");
     buckets_.resize(plan_.bucket_count());
     for (std::size_t b = 0; b < plan_.bucket_count(); ++b) {
       const bucket_layout& bl = plan_.bucket(b);
       bucket_state& bs = buckets_[b];
       bs.grad_type = bl.type;
-      bs.wire_type = wire_type_for(bl.type);
+      bs.wire_type = detail::wire_type_for(opt_.wire, bl.type);
       bool has_view = false;
       for (std::size_t i : bl.tensors) has_view = has_view || tensors_[i].is_view;
       if (bs.wire_type == bs.grad_type || has_view) {
@@ -245,11 +243,7 @@ class synchronizer {
   }
 
  private:
-  struct tensor_entry {
-    tensor_ref ref;     // caller memory, or the view inside the bucket storage
-    std::string name;
-    bool is_view = false;
-  };
+  using tensor_entry = detail::registered_tensor;
   struct bucket_state {
     dtype grad_type = dtype::float32;
     dtype wire_type = dtype::float32;
@@ -262,15 +256,8 @@ class synchronizer {
     std::byte* comm_buffer() const noexcept { return wire ? wire.get() : storage.get(); }
   };
 
-  const tensor_entry& entry(std::size_t i, const char* what) const {
-    if (i >= tensors_.size())
-      throw error(errc::invalid_argument, std::string("synchronizer::") + what + ": tensor index " + std::to_string(i) +
-                                              " out of range (" + std::to_string(tensors_.size()) + " registered)");
-    return tensors_[i];
-  }
-  tensor_entry& entry(std::size_t i, const char* what) {
-    return const_cast<tensor_entry&>(std::as_const(*this).entry(i, what));
-  }
+  const tensor_entry& entry(std::size_t i, const char* what) const { return detail::registered(tensors_, i, "synchronizer", what); }
+  tensor_entry& entry(std::size_t i, const char* what) { return detail::registered(tensors_, i, "synchronizer", what); }
   const bucket_state& bucket_at(std::size_t b) const {
     if (!built_ || b >= buckets_.size())
       throw error(errc::invalid_argument, "synchronizer: bucket " + std::to_string(b) + " does not exist (" +
@@ -286,46 +273,10 @@ class synchronizer {
                                               "tensors, mark_ready or finish)");
   }
 
-  dtype wire_type_for(dtype g) const noexcept {
-    switch (opt_.wire) {
-      case wire_dtype::native: return g;
-      case wire_dtype::float32: return dtype::float32;
-      case wire_dtype::bfloat16: return dtype::bfloat16;
-      case wire_dtype::float16: return dtype::float16;
-    }
-    return g;
-  }
-
-  // A 64-bit fingerprint of the registration (counts, types, view flags) and the settings that shape
-  // the collectives; ranks compare it with one allreduce(max) of {h, ~h}: both maxima equal this rank's
-  // values only when every rank has the same h.
-  void check_same_plan_everywhere() {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    auto mix = [&](std::uint64_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-      h *= 0x100000001b3ull;
-    };
-    mix(tensors_.size());
-    for (const auto& t : tensors_) mix(t.ref.count), mix(static_cast<std::uint64_t>(t.ref.type)), mix(t.is_view);
-    mix(opt_.bucket_bytes), mix(opt_.first_bucket_bytes), mix(static_cast<std::uint64_t>(opt_.wire)),
-        mix(opt_.accumulation_steps), mix(opt_.average);
-    std::uint64_t v[2] = {h, ~h};
-    allreduce(comm_, std::span<std::uint64_t>{v, 2}, op::max{});
-    if (v[0] != h || v[1] != ~h)
-      throw error(errc::mismatch, "synchronizer: ranks registered different gradient tensors or settings (rank " +
-                                      std::to_string(comm_.rank()) + " has " + std::to_string(tensors_.size()) +
-                                      " tensors; every rank must add the same sizes and types in the same order with the "
-                                      "same bucket, wire and accumulation settings)");
-  }
-
   // Resets per-step marks and pending counts.
   void begin_marks() {
-    ready_.assign(tensors_.size(), false);
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      buckets_[b].pending = plan_.bucket(b).tensors.size();
-      buckets_[b].launched = false;
-      buckets_[b].bytes_sent = 0;
-    }
+    detail::reset_marks(ready_, tensors_.size(), buckets_, plan_);
+    for (auto& b : buckets_) b.bytes_sent = 0;
     next_launch_ = 0;
   }
 
@@ -361,29 +312,13 @@ class synchronizer {
     }
   }
 
-  // Waits for every launched bucket; on a failure, still waits for the others (so none references the
-  // buckets any more) and then rethrows the first error.
+  // Waits for every launched bucket (detail::wait_buckets); on a failure the marks restart.
   void wait_all(step_stats& st) {
-    std::exception_ptr first;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      bucket_state& bs = buckets_[b];
-      if (!bs.launched) continue;
-      const auto t0 = clock::now();
-      try {
-        bs.req.wait();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-      st.exposed_time += clock::now() - t0;
-      if (!first) {
-        st.comm_time += bs.req.finished_at() - bs.req.started_at();
-        st.bytes_on_wire += bs.bytes_sent;
-        st.payload_bytes += static_cast<std::uint64_t>(plan_.bucket(b).count * size_of(bs.wire_type));
-      }
-    }
-    if (first) {
+    try {
+      detail::wait_buckets(buckets_, plan_, st, [&](std::size_t b) { return buckets_[b].bytes_sent; });
+    } catch (...) {
       begin_marks();
-      std::rethrow_exception(first);
+      throw;
     }
   }
 

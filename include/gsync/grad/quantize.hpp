@@ -38,6 +38,7 @@
 #include <limits>
 
 #include "gsync/core/cpu_features.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::grad {
 
@@ -49,7 +50,7 @@ enum class rounding {
 
 /// The splitmix64 mixing function: a bijection of 64-bit words whose outputs for consecutive
 /// inputs pass standard statistical tests.
-[[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t z) noexcept {
+[[nodiscard]] GSYNC_HD constexpr std::uint64_t splitmix64(std::uint64_t z) noexcept {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -62,7 +63,7 @@ struct counter_rng {
 
   /// The stream of one (seed, rank, step, stage): stage numbers the quantizations within one
   /// step (0 = a rank's own contribution, 1 = the owner's re-quantization of a reduced chunk).
-  [[nodiscard]] static constexpr counter_rng make(std::uint64_t seed, int rank, std::uint64_t step, unsigned stage) noexcept {
+  [[nodiscard]] GSYNC_HD static constexpr counter_rng make(std::uint64_t seed, int rank, std::uint64_t step, unsigned stage) noexcept {
     std::uint64_t k = splitmix64(seed);
     k = splitmix64(k ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
     k = splitmix64(k ^ step);
@@ -70,11 +71,11 @@ struct counter_rng {
     return counter_rng{k};
   }
   /// 64 random bits for counter `i`.
-  [[nodiscard]] constexpr std::uint64_t bits(std::uint64_t i) const noexcept {
+  [[nodiscard]] GSYNC_HD constexpr std::uint64_t bits(std::uint64_t i) const noexcept {
     return splitmix64(key + i * 0xD1B54A32D192ED03ull);
   }
   /// A uniform float in [0, 1) with 24 random bits, for counter `i`.
-  [[nodiscard]] constexpr float uniform(std::uint64_t i) const noexcept {
+  [[nodiscard]] GSYNC_HD constexpr float uniform(std::uint64_t i) const noexcept {
     return static_cast<float>(static_cast<std::uint32_t>(bits(i) >> 40)) * 0x1p-24f;
   }
 };
@@ -90,61 +91,102 @@ struct block_scale {
 inline constexpr float negligible_amax = 0x1p-100f;
 
 namespace detail {
+// One element of each pass, shared by the host loops below and the device kernels
+// (cuda/quantize.cuh), so both give the same bits. On the device each product and sum is rounded
+// on its own (__fmul_rn, __fadd_rn: nvcc would otherwise fuse them into one FMA, which rounds
+// once); a host build must not contract them either (no -ffp-contract=fast with an FMA target).
+
+GSYNC_HD inline float mul_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+GSYNC_HD inline float add_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+GSYNC_HD inline float sub_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+/// The bit pattern of |x| (for non-negative floats the patterns order like the values, and
+/// every pattern >= Inf's is Inf or NaN).
+GSYNC_HD inline std::uint32_t abs_bits(float x) noexcept { return gsync::detail::bit_cast<std::uint32_t>(x) & 0x7fffffffu; }
+
+/// clamp(round_nearest_even(x * inv), -127, 127).
+GSYNC_HD inline std::int8_t quantize_nearest_one(float x, float inv) noexcept {
+  constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
+  const float v = sub_rn(add_rn(mul_rn(x, inv), magic), magic);  // |x * inv| <= 127 up to rounding
+  std::int32_t k = static_cast<std::int32_t>(v);
+  k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loops branch-free
+  k = k > 127 ? 127 : k;
+  return static_cast<std::int8_t>(k);
+}
+
+/// clamp(floor(x * inv + u), -127, 127).
+GSYNC_HD inline std::int8_t quantize_stochastic_one(float x, float inv, float u) noexcept {
+  const float t = add_rn(mul_rn(x, inv), u);      // in [-127, 128) up to rounding
+  std::int32_t k = static_cast<std::int32_t>(t);  // truncation toward zero ...
+  k -= static_cast<float>(k) > t ? 1 : 0;         // ... corrected to floor for negatives
+  k = k < -127 ? -127 : k;
+  k = k > 127 ? 127 : k;  // t may round up to 128.0f
+  return static_cast<std::int8_t>(k);
+}
+
+/// q * scale.
+GSYNC_HD inline float dequantize_one(std::int8_t q, float scale) noexcept { return mul_rn(static_cast<float>(q), scale); }
+/// acc + q * scale.
+GSYNC_HD inline float dequantize_add_one(float acc, std::int8_t q, float scale) noexcept {
+  return add_rn(acc, mul_rn(static_cast<float>(q), scale));
+}
+/// e - q * scale (the error-feedback residual).
+GSYNC_HD inline float residual_one(float e, std::int8_t q, float scale) noexcept {
+  return sub_rn(e, mul_rn(static_cast<float>(q), scale));
+}
 
 // The loop bodies, each compiled twice: into the baseline entry points below and into their AVX2
 // copies (GSYNC_AVX2_TARGET), which the public functions choose at run time.
 
-/// max over i of the bit pattern of |x[i]| (for non-negative floats the patterns order like the
-/// values, and every pattern >= Inf's is Inf or NaN).
+/// max over i of abs_bits(x[i]).
 GSYNC_ALWAYS_INLINE std::uint32_t max_abs_bits_body(const float* x, std::size_t n) noexcept {
   std::uint32_t m = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t a = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
+    const std::uint32_t a = abs_bits(x[i]);
     m = a > m ? a : m;
   }
   return m;
 }
-
-/// q = clamp(round_nearest_even(x * inv), -127, 127).
+/// q = quantize_nearest_one(x, inv) per value.
 GSYNC_ALWAYS_INLINE void quantize_nearest_body(const float* x, std::size_t n, float inv, std::int8_t* q) noexcept {
-  constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = (x[i] * inv + magic) - magic;  // |x * inv| <= 127 up to rounding
-    std::int32_t k = static_cast<std::int32_t>(v);
-    k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loop branch-free
-    k = k > 127 ? 127 : k;
-    q[i] = static_cast<std::int8_t>(k);
-  }
+  for (std::size_t i = 0; i < n; ++i) q[i] = quantize_nearest_one(x[i], inv);
 }
-
-/// q = clamp(floor(x * inv + u_i), -127, 127) with u_i = rng.uniform(first + i).
+/// q = quantize_stochastic_one(x, inv, u_i) with u_i = rng.uniform(first + i).
 template <class Rng>
 GSYNC_ALWAYS_INLINE void quantize_stochastic_body(const float* x, std::size_t n, float inv, std::int8_t* q, Rng rng,
                                                   std::uint64_t first) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float t = x[i] * inv + rng.uniform(first + i);  // in [-127, 128) up to rounding
-    std::int32_t k = static_cast<std::int32_t>(t);        // truncation toward zero ...
-    k -= static_cast<float>(k) > t ? 1 : 0;               // ... corrected to floor for negatives
-    k = k < -127 ? -127 : k;
-    k = k > 127 ? 127 : k;  // t may round up to 128.0f
-    q[i] = static_cast<std::int8_t>(k);
-  }
+  for (std::size_t i = 0; i < n; ++i) q[i] = quantize_stochastic_one(x[i], inv, rng.uniform(first + i));
 }
-
 /// out = q * scale (add false) or out += q * scale (add true).
 template <bool add>
 GSYNC_ALWAYS_INLINE void dequantize_body(const std::int8_t* q, std::size_t n, float scale, float* out) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    if constexpr (add) out[i] += static_cast<float>(q[i]) * scale;
-    else out[i] = static_cast<float>(q[i]) * scale;
+    if constexpr (add) out[i] = dequantize_add_one(out[i], q[i], scale);
+    else out[i] = dequantize_one(q[i], scale);
   }
 }
-
 /// e = e - q * scale.
 GSYNC_ALWAYS_INLINE void residual_body(float* e, const std::int8_t* q, std::size_t n, float scale) noexcept {
-  for (std::size_t i = 0; i < n; ++i) e[i] = e[i] - static_cast<float>(q[i]) * scale;
+  for (std::size_t i = 0; i < n; ++i) e[i] = residual_one(e[i], q[i], scale);
 }
-
 #if GSYNC_HAVE_AVX2_PATH
 GSYNC_AVX2_TARGET inline std::uint32_t max_abs_bits_avx2(const float* x, std::size_t n) noexcept { return max_abs_bits_body(x, n); }
 GSYNC_AVX2_TARGET inline void quantize_nearest_avx2(const float* x, std::size_t n, float inv, std::int8_t* q) noexcept {
@@ -175,6 +217,16 @@ inline bool int8_wide() noexcept {
 
 }  // namespace detail
 
+namespace detail {
+/// The scale of a block whose largest abs_bits is `m` (see the file comment's special cases).
+GSYNC_HD inline block_scale scale_from_bits(std::uint32_t m) noexcept {
+  if (m >= 0x7f800000u) return {gsync::detail::bit_cast<float>(0x7fc00000u), 0.0f, false};  // a quiet NaN
+  const float amax = gsync::detail::bit_cast<float>(m);
+  if (amax < negligible_amax) return {0.0f, 0.0f, true};
+  return {amax / 127.0f, 127.0f / amax, true};
+}
+}  // namespace detail
+
 /// Computes the scale of the `n` values at `x`.
 [[nodiscard]] inline block_scale scale_of(const float* x, std::size_t n) noexcept {
   // One integer max finds both amax and non-finite values (patterns >= Inf's).
@@ -184,10 +236,7 @@ inline bool int8_wide() noexcept {
   else
 #endif
     m = detail::max_abs_bits_body(x, n);
-  if (m >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f, false};
-  const float amax = std::bit_cast<float>(m);
-  if (amax < negligible_amax) return {0.0f, 0.0f, true};
-  return {amax / 127.0f, 127.0f / amax, true};
+  return detail::scale_from_bits(m);
 }
 
 /// Quantizes `n` values at `x` with scale `s` into `q`. `rng` and `first` (the counter of x[0])
