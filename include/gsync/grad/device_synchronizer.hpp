@@ -178,8 +178,9 @@ class device_synchronizer {
     }
     counters_ = static_cast<unsigned long long*>(api_.alloc_device(std::max<std::size_t>(1, tensors_.size()) * 8));
     host_counters_ = static_cast<unsigned long long*>(api_.alloc_pinned(std::max<std::size_t>(1, tensors_.size()) * 8));
-    norm_ = static_cast<double*>(api_.alloc_device(cuda::sum_squares_slots * 8));
-    host_norm_ = static_cast<double*>(api_.alloc_pinned(8));
+    const std::size_t slots = std::max<std::size_t>(1, tensors_.size());
+    norm_ = static_cast<double*>(api_.alloc_device(slots * cuda::sum_squares_slots * 8));
+    host_norm_ = static_cast<double*>(api_.alloc_pinned(slots * 8));
     comm_done_ = api_.create_event();
     compute_done_ = api_.create_event();
     events_.push_back(comm_done_);
@@ -269,18 +270,21 @@ class device_synchronizer {
   /// Clips the synchronized gradients by their global L2 norm (replicated: no communication; the
   /// same on every rank): when norm > max_norm, multiplies every gradient by max_norm / (norm +
   /// 1e-6) on the compute stream. Returns the norm before clipping; a non-finite norm leaves the
-  /// gradients untouched (as grad::clip_grad_norm). Waits for the norm (one small copy).
+  /// gradients untouched (as grad::clip_grad_norm). Waits once for the tensors' sums of squares.
   double clip_grad_norm(double max_norm) {
     build();
-    double total = 0;
+    std::size_t k = 0;  // one sum per non-empty tensor, each in its own slots, read back together
     for (const auto& t : tensors_) {
       if (t.ref.count == 0) continue;
-      kernels_.sum_squares(t.ref.data, t.ref.type, t.ref.count, norm_, compute_);
-      api_.copy_async(host_norm_, norm_, 8, cuda::copy_kind::device_to_host, compute_);
-      api_.record(compute_done_, compute_);
-      cuda::detail::wait_event(api_, compute_done_, clock::now() + comm_.timeout(), "the gradient norm");
-      total += *host_norm_;  // tensor by tensor, in registration order, as the host
+      double* out = norm_ + k * cuda::sum_squares_slots;
+      kernels_.sum_squares(t.ref.data, t.ref.type, t.ref.count, out, compute_);
+      api_.copy_async(host_norm_ + k, out, 8, cuda::copy_kind::device_to_host, compute_);
+      ++k;
     }
+    api_.record(compute_done_, compute_);
+    cuda::detail::wait_event(api_, compute_done_, clock::now() + comm_.timeout(), "the gradient norm");
+    double total = 0;
+    for (std::size_t j = 0; j < k; ++j) total += host_norm_[j];  // tensor by tensor, in registration order, as the host
     const double norm = std::sqrt(total);
     if (std::isfinite(norm) && norm > max_norm) {
       const float f = static_cast<float>(max_norm / (norm + 1e-6));
