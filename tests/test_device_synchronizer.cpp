@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <doctest/doctest.h>
 #include <gsync/grad.hpp>
+#include <gsync/grad/compressed_reducer.hpp>
 #include <gsync/grad/device_synchronizer.hpp>
 
 #include "support/fake_cuda.hpp"
@@ -68,13 +71,44 @@ struct case_def {
   int steps = 3;
 };
 
-void run_case(gsync_test::fake_cuda& api, int n, const case_def& c) {
+/// The reducers of both synchronizers: plain allreduce (P = void) or compression policy P.
+template <class P>
+struct reducers {
+  template <class X>
+  using host = gg::synchronizer<X, gg::compressed_reducer<P>>;
+  template <class X>
+  using device = gg::device_synchronizer<X, gg::device_compressed_reducer<P>>;
+  P policy;
+  template <class X>
+  std::unique_ptr<host<X>> make_host(gsync::communicator<X>& comm, const gg::synchronizer_options& o) const {
+    return std::make_unique<host<X>>(comm, o, gg::compressed_reducer<P>{policy});
+  }
+  template <class X>
+  std::unique_ptr<device<X>> make_device(gsync::communicator<X>& comm, const gg::synchronizer_options& o, gsync::cuda_stream s) const {
+    return std::make_unique<device<X>>(comm, o, gg::device_compressed_reducer<P>{policy}, s);
+  }
+};
+template <>
+struct reducers<void> {
+  template <class X>
+  std::unique_ptr<gg::synchronizer<X>> make_host(gsync::communicator<X>& comm, const gg::synchronizer_options& o) const {
+    return std::make_unique<gg::synchronizer<X>>(comm, o);
+  }
+  template <class X>
+  std::unique_ptr<gg::device_synchronizer<X>> make_device(gsync::communicator<X>& comm, const gg::synchronizer_options& o,
+                                                          gsync::cuda_stream s) const {
+    return std::make_unique<gg::device_synchronizer<X>>(comm, o, s);
+  }
+};
+
+template <class P = void>
+void run_case(gsync_test::fake_cuda& api, int n, const case_def& c, const reducers<P>& red = {}) {
   gsync_test::run_inproc(n, [&](auto& comm, auto&) {
-    using X = typename std::remove_reference_t<decltype(comm)>::transport_type;
     const int r = comm.rank();
     const std::size_t T = c.tensors.size();
     // host synchronizer
-    gg::synchronizer<X> hs(comm, c.opt);
+    auto hs_ptr = red.make_host(comm, c.opt);
+    auto& hs = *hs_ptr;
     std::vector<storage> host(T);
     std::vector<std::size_t> hidx(T);
     for (std::size_t k = 0; k < T; ++k) {
@@ -95,7 +129,8 @@ void run_case(gsync_test::fake_cuda& api, int n, const case_def& c) {
       ~stream_owner() { api.destroy_stream(s); }
     } owner{api, api.create_stream()};
     gsync::cuda_stream compute = owner.s;
-    gg::device_synchronizer<X> ds(comm, c.opt, compute);
+    auto ds_ptr = red.make_device(comm, c.opt, compute);
+    auto& ds = *ds_ptr;
     std::vector<storage> dev(T);
     std::vector<std::size_t> didx(T);
     for (std::size_t k = 0; k < T; ++k) {
@@ -164,6 +199,7 @@ void run_case(gsync_test::fake_cuda& api, int n, const case_def& c) {
       }
       api.synchronize(compute);
       verdicts += hr.synced != dr.synced || hr.apply != dr.apply || hr.nonfinite.size() != dr.nonfinite.size() || hn != dn;
+      if constexpr (!std::is_void_v<P>) verdicts += hr.stats.bytes_on_wire != dr.stats.bytes_on_wire;
       for (std::size_t j = 0; j < hr.nonfinite.size() && j < dr.nonfinite.size(); ++j)
         verdicts += hr.nonfinite[j].tensor != dr.nonfinite[j].tensor || hr.nonfinite[j].count != dr.nonfinite[j].count ||
                     hr.nonfinite[j].first_index != dr.nonfinite[j].first_index;
@@ -234,4 +270,54 @@ TEST_CASE("device synchronizer: refused clearly without gradient kernels") {
     CHECK(std::string(e.what()).find("grad_kernels.cuh") != std::string::npos);
   }
   gsync::cuda::set_grad_kernels(prev);
+}
+
+TEST_CASE("device synchronizer: compressed buckets (int8 encoded on the device, top-k and bf16 through host memory) give the host's bits, step after step") {
+  gsync_test::fake_cuda_scope fk;
+  case_def c;
+  c.tensors = {{1000, gsync::dtype::float32, false}, {17, gsync::dtype::float32, true}, {0, gsync::dtype::float32, false},
+               {30011, gsync::dtype::float32, false}, {5, gsync::dtype::float32, false}};
+  c.opt.bucket_bytes = 64 << 10;
+  c.opt.first_bucket_bytes = 4 << 10;
+  c.steps = 4;  // the residuals carry over
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    gg::compress::int8 nearest;
+    nearest.block = 100;  // blocks straddle chunk and tensor boundaries
+    run_case(fk.api, n, c, reducers<gg::compress::int8>{nearest});
+    gg::compress::int8 stochastic;
+    stochastic.round = gg::rounding::stochastic;
+    stochastic.seed = 7;
+    run_case(fk.api, n, c, reducers<gg::compress::int8>{stochastic});
+    gg::compress::int8 plain;
+    plain.error_feedback = false;
+    run_case(fk.api, n, c, reducers<gg::compress::int8>{plain});
+    run_case(fk.api, n, c, reducers<gg::compress::topk>{gg::compress::topk{0.05, true}});
+    run_case(fk.api, n, c, reducers<gg::compress::bf16>{gg::compress::bf16{true}});
+  }
+  // with accumulation, clipping and a sum instead of the average
+  c.opt.accumulation_steps = 2;
+  c.opt.average = false;
+  c.clip = 1.0;
+  run_case(fk.api, 3, c, reducers<gg::compress::int8>{});
+}
+
+TEST_CASE("device synchronizer: a compressed reducer refuses 16-bit buckets") {
+  gsync_test::fake_cuda_scope fk;
+  gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+    using X = typename std::remove_reference_t<decltype(comm)>::transport_type;
+    gg::synchronizer_options o;
+    o.wire = gg::wire_dtype::bfloat16;
+    std::vector<float> g(64, 1.0f);
+    gg::device_synchronizer<X, gg::device_compressed_reducer<gg::compress::int8>> ds(comm, o, gg::device_compressed_reducer<gg::compress::int8>{},
+                                                                                     nullptr);
+    ds.add(gsync::device_span<float>{g.data(), g.size()}, "g");
+    try {
+      ds.finish();
+      FAIL_CHECK("a bfloat16 bucket was accepted");
+    } catch (const gsync::error& e) {
+      CHECK(e.code() == gsync::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("float32") != std::string::npos);
+    }
+  });
 }

@@ -1,6 +1,7 @@
 // The device gradient synchronizer on a GPU against the host synchronizer, bit for bit: ranks as
 // threads sharing the GPU (world sizes 1-3), float32 and bfloat16 gradients, native and bfloat16
-// wires, loss scaling with an overflow on one rank, clipping. The gradients are written by a
+// wires, loss scaling with an overflow on one rank, clipping, int8 (encoded on the GPU) and top-k
+// compression. The gradients are written by a
 // kernel on the compute stream just before each is marked ready. Without a CUDA device it prints
 // "skipped: no CUDA device" and exits 77 (a ctest skip).
 
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -17,6 +19,7 @@
 
 #include <gsync/cuda/grad_kernels.cuh>
 #include <gsync/grad.hpp>
+#include <gsync/grad/compressed_reducer.hpp>
 #include <gsync/grad/device_synchronizer.hpp>
 #include <gsync/transport/inproc.hpp>
 
@@ -50,12 +53,37 @@ struct case_def {
   gg::wire_dtype wire;
   bool scaling;
   double clip;
+  int compression = 0;  // 0: none, 1: int8 (stochastic rounding, error feedback), 2: top-k
 };
 
-void rank_body(gsync::communicator<gsync::transport::inproc>& comm, const case_def& c) {
+using X = gsync::transport::inproc;
+template <class P>
+struct sync_types {  // the host and device synchronizers with compression policy P
+  using host = gg::synchronizer<X, gg::compressed_reducer<P>>;
+  using device = gg::device_synchronizer<X, gg::device_compressed_reducer<P>>;
+  static std::unique_ptr<host> make_host(gsync::communicator<X>& c, const gg::synchronizer_options& o, const P& p) {
+    return std::make_unique<host>(c, o, gg::compressed_reducer<P>{p});
+  }
+  static std::unique_ptr<device> make_device(gsync::communicator<X>& c, const gg::synchronizer_options& o, const P& p, cudaStream_t s) {
+    return std::make_unique<device>(c, o, gg::device_compressed_reducer<P>{p}, s);
+  }
+};
+template <>
+struct sync_types<void> {
+  static std::unique_ptr<gg::synchronizer<X>> make_host(gsync::communicator<X>& c, const gg::synchronizer_options& o, int) {
+    return std::make_unique<gg::synchronizer<X>>(c, o);
+  }
+  static std::unique_ptr<gg::device_synchronizer<X>> make_device(gsync::communicator<X>& c, const gg::synchronizer_options& o, int,
+                                                                 cudaStream_t s) {
+    return std::make_unique<gg::device_synchronizer<X>>(c, o, s);
+  }
+};
+
+template <class P, class Arg>
+void rank_body(gsync::communicator<gsync::transport::inproc>& comm, const case_def& c, const Arg& policy) {
   const int r = comm.rank();
   const std::vector<std::size_t> counts = {1000, 17, 300001, 5000};
-  const std::vector<bool> is_bf16 = {false, false, false, true};
+  const std::vector<bool> is_bf16 = {false, false, false, !c.compression};  // compression takes float32 buckets
   gg::synchronizer_options opt;
   opt.bucket_bytes = 256 << 10;
   opt.wire = c.wire;
@@ -68,8 +96,10 @@ void rank_body(gsync::communicator<gsync::transport::inproc>& comm, const case_d
   std::vector<void*> dev(counts.size());
   std::vector<std::vector<std::byte>> host(counts.size());
   {
-    gg::synchronizer<gsync::transport::inproc> hs(comm, opt);
-    gg::device_synchronizer<gsync::transport::inproc> ds(comm, opt, compute);
+    auto hs_ptr = sync_types<P>::make_host(comm, opt, policy);
+    auto ds_ptr = sync_types<P>::make_device(comm, opt, policy, compute);
+    auto& hs = *hs_ptr;
+    auto& ds = *ds_ptr;
     for (std::size_t k = 0; k < counts.size(); ++k) {
       const std::size_t bytes = counts[k] * (is_bf16[k] ? 2 : 4);
       check(cudaMalloc(&dev[k], bytes), "cudaMalloc");
@@ -100,6 +130,7 @@ void rank_body(gsync::communicator<gsync::transport::inproc>& comm, const case_d
       if (c.clip > 0 && hr.apply) hn = gg::clip_grad_norm(hs.tensors(), c.clip), dn = ds.clip_grad_norm(c.clip);
       check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
       if (hr.apply != dr.apply || hr.nonfinite.size() != dr.nonfinite.size()) ++failures, std::printf("FAIL: verdicts differ (step %d)\n", s);
+      if (c.compression && hr.stats.bytes_on_wire != dr.stats.bytes_on_wire) ++failures, std::printf("FAIL: bytes sent differ (step %d)\n", s);
       if (std::abs(hn - dn) > 1e-9 * std::max(1.0, hn)) ++failures, std::printf("FAIL: norms %.17g and %.17g\n", hn, dn);
       for (std::size_t k = 0; k < counts.size() && hr.apply; ++k) {
         std::vector<std::byte> got(host[k].size());
@@ -124,14 +155,25 @@ int main() {
   }
   for (int n = 1; n <= 3; ++n)
     for (case_def c : {case_def{gg::wire_dtype::native, false, 0}, case_def{gg::wire_dtype::bfloat16, false, 0},
-                       case_def{gg::wire_dtype::bfloat16, true, 0}, case_def{gg::wire_dtype::native, false, 1.0}}) {
+                       case_def{gg::wire_dtype::bfloat16, true, 0}, case_def{gg::wire_dtype::native, false, 1.0},
+                       case_def{gg::wire_dtype::native, false, 0, 1}, case_def{gg::wire_dtype::native, false, 0, 2}}) {
       auto comms = gsync::make_inproc_world(n);
       std::vector<std::thread> th;
       for (int r = 0; r < n; ++r)
         th.emplace_back([&, r] {
           try {
             check(cudaSetDevice(0), "cudaSetDevice");
-            rank_body(comms[static_cast<std::size_t>(r)], c);
+            auto& comm = comms[static_cast<std::size_t>(r)];
+            if (c.compression == 1) {
+              gg::compress::int8 p;
+              p.round = gg::rounding::stochastic;
+              p.seed = 11;
+              rank_body<gg::compress::int8>(comm, c, p);
+            } else if (c.compression == 2) {
+              rank_body<gg::compress::topk>(comm, c, gg::compress::topk{0.01, true});
+            } else {
+              rank_body<void>(comm, c, 0);
+            }
           } catch (const std::exception& e) {
             ++failures;
             std::printf("FAIL: rank %d of %d: %s\n", r, n, e.what());

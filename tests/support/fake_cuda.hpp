@@ -229,6 +229,31 @@ class fake_grad_kernels final : public gsync::cuda::grad_kernels {
       });
     });
   }
+  void int8_encode(const float* g, float* residual, std::size_t count, std::size_t block, bool stochastic, gsync::grad::counter_rng rng,
+                   std::uint64_t first, float* scales, std::int8_t* q, gsync::cuda_stream s) override {
+    api_.launch(s, [=] {  // block by block, as the host encoder (grad/int8_exchange.hpp)
+      const auto mode = stochastic ? gsync::grad::rounding::stochastic : gsync::grad::rounding::nearest;
+      for (std::size_t off = 0, b = 0; off < count; off += block, ++b) {
+        const std::size_t len = std::min(block, count - off);
+        const float* x = g + off;
+        if (residual) {
+          for (std::size_t i = 0; i < len; ++i) residual[off + i] += g[off + i];
+          x = residual + off;
+        }
+        const gsync::grad::block_scale sc = gsync::grad::scale_of(x, len);
+        gsync::grad::quantize_block(x, len, sc, q + off, mode, rng, first + off);
+        if (residual) gsync::grad::update_residual(residual + off, q + off, len, sc);
+        scales[b] = sc.scale;
+      }
+    });
+  }
+  void int8_decode(const float* scales, const std::int8_t* q, std::size_t count, std::size_t block, float* out,
+                   gsync::cuda_stream s) override {
+    api_.launch(s, [=] {
+      for (std::size_t off = 0, b = 0; off < count; off += block, ++b)
+        gsync::grad::dequantize_block(q + off, std::min(block, count - off), scales[b], out + off);
+    });
+  }
 
  private:
   template <class F>

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// `cuda::grad_kernels`: the element passes the gradient layer runs on device memory (wire casts,
-/// the fused unpack with its non-finite count, sums of squares, scaling), as one interface over
+/// the fused unpack with its non-finite count, sums of squares, scaling, int8 encoding and
+/// decoding), as one interface over
 /// element types named at run time, so that the device synchronizer (grad/device_synchronizer.hpp)
 /// is plain C++ and tested on machines without a GPU.
 ///
@@ -13,10 +14,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/device_span.hpp"
+#include "gsync/grad/quantize.hpp"
 
 namespace gsync::cuda {
 
@@ -41,6 +44,15 @@ class grad_kernels {
   virtual void sum_squares(const void* x, dtype t, std::size_t n, double* out, cuda_stream s) = 0;
   /// x[i] = t(float(x[i]) * factor).
   virtual void scale(void* x, dtype t, std::size_t n, float factor, cuda_stream s) = 0;
+  /// The int8 encoding of `count` floats `g` in blocks of `block` (grad/quantize.hpp's format):
+  /// `scales[b]` per block, `q[i]` per value, value i drawing counter `first + i` of `rng` when
+  /// `stochastic`. With `residual` (count floats) the values encoded are e = residual + g and
+  /// `residual` receives e - D(q) (error feedback). The host encoder's bits.
+  virtual void int8_encode(const float* g, float* residual, std::size_t count, std::size_t block, bool stochastic,
+                           grad::counter_rng rng, std::uint64_t first, float* scales, std::int8_t* q, cuda_stream s) = 0;
+  /// out[i] = q[i] * scales[i / block] for i < count (the host decoder's bits).
+  virtual void int8_decode(const float* scales, const std::int8_t* q, std::size_t count, std::size_t block, float* out,
+                           cuda_stream s) = 0;
 };
 
 namespace detail {

@@ -13,9 +13,11 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "gsync/cuda/cast.cuh"
 #include "gsync/cuda/grad_api.hpp"
+#include "gsync/cuda/quantize.cuh"
 #include "gsync/cuda/runtime.hpp"
 #include "gsync/grad/clip.hpp"
 #include "gsync/grad/nonfinite.hpp"
@@ -103,6 +105,15 @@ class cuda_grad_kernels final : public grad_kernels {
       detail::scale_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, s>>>(static_cast<T*>(x), n, factor);
     });
     check(cudaGetLastError(), "scale kernel launch");
+  }
+  void int8_encode(const float* g, float* residual, std::size_t count, std::size_t block, bool stochastic, grad::counter_rng rng,
+                   std::uint64_t first, float* scales, std::int8_t* q, cuda_stream s) override {
+    cuda::int8_encode(g, residual, count, block, stochastic ? grad::rounding::stochastic : grad::rounding::nearest, rng, first,
+                      scales, q, s);
+  }
+  void int8_decode(const float* scales, const std::int8_t* q, std::size_t count, std::size_t block, float* out,
+                   cuda_stream s) override {
+    cuda::int8_decode(scales, q, count, block, out, false, s);
   }
 
  private:

@@ -21,7 +21,7 @@
 ///    i into its bucket. When a bucket is complete (buckets complete in plan order), an event on the
 ///    compute stream makes the communication stream wait for it, and the bucket's allreduce is
 ///    queued on the communication stream (staged through host memory, cuda/staging.hpp): it runs
-///    while the compute stream goes on with backward. 16-bit buckets are summed in float32 by each
+///    while the compute stream goes on with backward (through the bucket reducer, Reducer). 16-bit buckets are summed in float32 by each
 ///    block's owner and rounded once (grad/wide_accumulation.hpp), as on the host.
 /// 3. `finish()` marks what is not marked, waits for every bucket (errors are thrown here), makes
 ///    the compute stream wait for the communication stream, and queues per tensor the fused unpack
@@ -33,7 +33,8 @@
 /// same buckets, the same collectives on the same bytes, each element cast and unpacked by the
 /// host passes' own functions.
 ///
-/// Not (yet) on the device: compression (int8, top-k), the bucket reducer seam. The element passes
+/// Compression plugs in as the bucket reducer (grad/device_reducers.hpp): int8 is encoded and
+/// decoded on the GPU, other policies run the host schedule on a pinned copy. The element passes
 /// come from `cuda::grad_kernels` (cuda/grad_api.hpp): include <gsync/cuda/grad_kernels.cuh> in one
 /// `.cu` file of the program.
 
@@ -63,6 +64,7 @@
 #include "gsync/grad/bucket_plan.hpp"
 #include "gsync/grad/bucket_synchronizer.hpp"
 #include "gsync/grad/clip.hpp"
+#include "gsync/grad/device_reducers.hpp"
 #include "gsync/grad/loss_scaler.hpp"
 #include "gsync/grad/nonfinite.hpp"
 #include "gsync/grad/stats.hpp"
@@ -72,27 +74,12 @@
 
 namespace gsync::grad {
 
-namespace detail {
-/// Queues on `s` the float32-accumulated allreduce (allreduce_wide) of 16-bit device `data`,
-/// through host staging; returns its request.
-template <class X, class W>
-request allreduce_wide_device(communicator<X>& comm, W* data, std::size_t count, bool average, cuda_stream s,
-                              std::shared_ptr<wide_scratch> scratch) {
-  cuda::detail::staged_plan plan{gsync::detail::staged(data, 1, count, true, false), gsync::detail::staged(data, 1, count, false, true),
-                                 true};
-  plan.cut(comm.settings().cuda_staging_bytes);
-  return gsync::detail::staged_launch(comm, "allreduce", s, plan, [&] {
-    return [plan, average, scratch](communicator<X>& c, std::size_t w, std::byte* m, std::byte*) {
-      gsync::detail::mirror_ready();  // allreduce_wide reads the mirror itself
-      allreduce_wide(c, std::span<W>(gsync::detail::mirror_as<W>(m), plan.in.elems_of(w)), average, *scratch);
-    };
-  });
-}
-}  // namespace detail
-
 /// Gradient synchronizer for device gradients (see the file comment).
 /// \tparam X transport of the communicator.
-template <transport_policy X>
+/// \tparam Reducer device bucket reducer (`device_bucket_reducer`, grad/device_reducers.hpp),
+/// `device_allreduce_reducer` by default; `device_compressed_reducer<P>` compresses.
+template <transport_policy X, class Reducer = device_allreduce_reducer>
+  requires device_bucket_reducer<Reducer, X>
 class device_synchronizer {
  public:
   using clock = std::chrono::steady_clock;  ///< clock of all timings
@@ -102,8 +89,11 @@ class device_synchronizer {
   /// Creates its communication stream on the current device. Throws errc::invalid_argument for
   /// unusable settings, errc::cuda without a CUDA runtime or gradient kernels.
   explicit device_synchronizer(communicator<X>& comm, synchronizer_options opt = {}, cuda_stream compute = nullptr)
+      : device_synchronizer(comm, std::move(opt), Reducer{}, compute) {}
+  /// As above, with the bucket reducer `reducer` (e.g. `device_compressed_reducer{compress::int8{}}`).
+  device_synchronizer(communicator<X>& comm, synchronizer_options opt, Reducer reducer, cuda_stream compute)
       : comm_(comm), opt_(std::move(opt)), api_(cuda::current_runtime_api()), kernels_(cuda::current_grad_kernels()),
-        compute_(compute), step_start_(clock::now()) {
+        reducer_(std::move(reducer)), compute_(compute), step_start_(clock::now()) {
     if (opt_.accumulation_steps == 0) throw error(errc::invalid_argument, "device_synchronizer: accumulation_steps must be at least 1");
     if (opt_.bucket_bytes == 0 || opt_.first_bucket_bytes == 0)
       throw error(errc::invalid_argument, "device_synchronizer: bucket_bytes and first_bucket_bytes must be at least 1");
@@ -305,6 +295,7 @@ class device_synchronizer {
     std::size_t pending = 0;
     bool launched = false;
     request req;
+    std::uint64_t bytes_sent = 0;  // reported by the reducer
     std::byte* comm_buffer() const noexcept { return wire ? wire : storage; }
   };
 
@@ -331,27 +322,20 @@ class device_synchronizer {
       api_.record(bs.ready, compute_);
       api_.stream_wait_event(comm_stream_, bs.ready);  // the bucket is packed
       const std::size_t count = plan_.bucket(b).count;
+      bs.bytes_sent = 0;
       gsync::grad::detail::visit_grad_type(bs.wire_type, [&](auto w) {
         using W = decltype(w);
-        W* data = reinterpret_cast<W*>(bs.comm_buffer());
-        if constexpr (std::is_same_v<W, float>) {
-          if (opt_.average) bs.req = allreduce_async(comm_, device_span<W>{data, count}, op::avg{}, comm_stream_);
-          else bs.req = allreduce_async(comm_, device_span<W>{data, count}, op::sum{}, comm_stream_);
-        } else {
-          bs.req = detail::allreduce_wide_device(comm_, data, count, opt_.average, comm_stream_, scratch_);
-        }
+        const device_bucket_job<W> job{b, device_span<W>{reinterpret_cast<W*>(bs.comm_buffer()), count}, opt_.average, comm_stream_,
+                                       &bs.bytes_sent};
+        bs.req = reducer_.start(comm_, job);
       });
       bs.launched = true;
     }
   }
-  // Waits for every launched bucket; bytes on the wire are the ring's 2 (N-1)/N of the payload.
+  // Waits for every launched bucket, counting the bytes its reducer reports.
   void wait_all(step_stats& st) {
-    const double n = comm_.size();
     try {
-      detail::wait_buckets(buckets_, plan_, st, [&](std::size_t b) {
-        const double payload = static_cast<double>(plan_.bucket(b).count * size_of(buckets_[b].wire_type));
-        return static_cast<std::uint64_t>(2.0 * (n - 1) / n * payload + 0.5);
-      });
+      detail::wait_buckets(buckets_, plan_, st, [&](std::size_t b) { return buckets_[b].bytes_sent; });
     } catch (...) {
       begin_marks();
       throw;
@@ -364,7 +348,9 @@ class device_synchronizer {
         } catch (...) {
         }
     try {
-      if (built_) {
+      if (built_) {  // the communication stream first: its last passes use the reducer's memory
+        api_.record(comm_done_, comm_stream_);
+        cuda::detail::wait_event(api_, comm_done_, clock::now() + comm_.timeout(), "the gradient collectives");
         api_.record(compute_done_, compute_);
         cuda::detail::wait_event(api_, compute_done_, clock::now() + comm_.timeout(), "the gradient passes");
       }
@@ -408,6 +394,7 @@ class device_synchronizer {
   synchronizer_options opt_;
   cuda::runtime_api& api_;
   cuda::grad_kernels& kernels_;
+  Reducer reducer_;
   cuda_stream compute_ = nullptr;
   cuda_stream comm_stream_ = nullptr;
   std::optional<loss_scaler> scaler_;
@@ -421,7 +408,6 @@ class device_synchronizer {
   unsigned long long* host_counters_ = nullptr;  // pinned
   double* norm_ = nullptr;                       // device: sum_squares_slots
   double* host_norm_ = nullptr;                  // pinned
-  std::shared_ptr<wide_scratch> scratch_ = std::make_shared<wide_scratch>();
   std::size_t next_launch_ = 0;
   std::uint64_t micro_ = 0;
   bool built_ = false;

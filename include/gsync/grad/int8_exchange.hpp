@@ -164,6 +164,29 @@ inline fingerprint int8_fingerprint(std::size_t n, bool average) noexcept {
   return f;
 }
 
+/// Phase 2's encoding on the owner: `acc` (the owned chunk `own`, summed) divided by the world size
+/// when averaging, plus the owner residual with error feedback, quantized into record `out`.
+/// \tparam Tick `void()`.
+template <class Tick>
+void int8_owner_encode(const int8_wire_layout& L, range own, float* acc, const compress::int8& p, compress::int8::state& st,
+                       std::uint64_t step, int rank, bool average, std::uint8_t* out, Tick&& tick) {
+  const bool ef = p.error_feedback;
+  if (ef) st.server_residual.resize(own.count, 0.0f);
+  const float fn = static_cast<float>(L.world);
+  const counter_rng server = counter_rng::make(p.seed, rank, step, 1);
+  int8_encode(own.count, L, p.round, server, own.offset, ef, out,
+              [&](std::size_t off, std::size_t len) {
+                float* a = acc + off;
+                if (average)
+                  for (std::size_t i = 0; i < len; ++i) a[i] = a[i] / fn;
+                if (!ef) return a;
+                float* e = st.server_residual.data() + off;
+                for (std::size_t i = 0; i < len; ++i) e[i] += a[i];
+                return e;
+              },
+              tick);
+}
+
 /// Runs the exchange (numbered `tk`) of `n` floats at `g` on `comm` (see the file comment).
 /// \tparam X the transport.
 template <transport_policy X>
@@ -219,21 +242,8 @@ void int8_exchange_run(communicator<X>& comm, op_ticket tk, float* g, std::size_
   }
 
   // Phase 2: the owner's re-quantized sum to every rank.
-  if (ef) st.server_residual.resize(own.count, 0.0f);
-  const float fn = static_cast<float>(N);
-  const counter_rng server = counter_rng::make(p.seed, r, st.step, 1);
   std::uint8_t* mine = rec(ur);  // never sent in phase 1
-  int8_encode(own.count, L, p.round, server, own.offset, ef, mine,
-              [&](std::size_t off, std::size_t len) {
-                float* a = acc + off;
-                if (average)
-                  for (std::size_t i = 0; i < len; ++i) a[i] = a[i] / fn;
-                if (!ef) return a;
-                float* e = st.server_residual.data() + off;
-                for (std::size_t i = 0; i < len; ++i) e[i] += a[i];
-                return e;
-              },
-              tick);
+  int8_owner_encode(L, own, acc, p, st, st.step, r, average, mine, tick);
   for (int k = 1; k < N; ++k) x.post_send(to(k), id, reinterpret_cast<const std::byte*>(mine), L.record);
   int8_decode<false>(mine, own.count, L, g + own.offset);
   for (int k = 1; k < N; ++k) {
@@ -241,6 +251,50 @@ void int8_exchange_run(communicator<X>& comm, op_ticket tk, float* g, std::size_
     const range ch = L.chunk(static_cast<std::size_t>(j));
     int8_record_decoder d{L, ch.count, g + ch.offset, st.scales.data()};
     x.recv_stream(j, id, L.record, 4, [&d](std::span<const std::byte> piece) { d.consume<false>(piece); }, dl);
+  }
+  x.flush_sends(dl);
+}
+
+/// The exchange (numbered `tk`) of records already encoded elsewhere (on a GPU: the device
+/// synchronizer's int8 reducer, grad/device_reducers.hpp): `sent` holds this rank's N records
+/// (record j = its chunk j, quantized with the worker stream of `step`), `reduced` receives the N
+/// reduced records (record j = owner j's re-quantized sum), to be decoded by the caller. Phase 1
+/// and the owner's work are `int8_exchange_run`'s; phase 2 receives each record whole.
+/// \tparam X the transport.
+template <transport_policy X>
+void int8_records_run(communicator<X>& comm, op_ticket tk, const std::uint8_t* sent, std::uint8_t* reduced, std::size_t n,
+                      const compress::int8& p, compress::int8::state& st, std::uint64_t step, bool average) {
+  const int N = comm.size(), r = comm.rank();
+  const auto ur = static_cast<std::size_t>(r);
+  const message_id id{gsync::detail::tag_compressed_allreduce, tk.seq, int8_fingerprint(n, average)};
+  gsync::detail::op_scope scope(comm, "compressed_allreduce", tk, id);
+  X& x = comm.transport();
+  const deadline dl = comm.make_deadline();
+  auto tick = [&x] {
+    if constexpr (send_progress_transport<X>) x.progress_sends();
+    else (void)x;
+  };
+  const int8_wire_layout L(n, N, p.block);
+  st.scales.resize(L.blocks);
+  auto to = [&](int k) { return (r + k) % N; };
+  auto from = [&](int k) { return (r - k + N) % N; };
+  auto bytes = [&](const std::uint8_t* base, int j) { return reinterpret_cast<const std::byte*>(base + static_cast<std::size_t>(j) * L.record); };
+
+  for (int k = 1; k < N; ++k) x.post_send(to(k), id, bytes(sent, to(k)), L.record);
+  const range own = L.chunk(ur);
+  st.acc.resize(own.count);
+  float* acc = st.acc.data();
+  int8_decode<false>(sent + ur * L.record, own.count, L, acc);
+  for (int k = 1; k < N; ++k) {
+    int8_record_decoder d{L, own.count, acc, st.scales.data()};
+    x.recv_stream(from(k), id, L.record, 4, [&d](std::span<const std::byte> piece) { d.consume<true>(piece); }, dl);
+  }
+  std::uint8_t* mine = reduced + ur * L.record;
+  int8_owner_encode(L, own, acc, p, st, step, r, average, mine, tick);
+  for (int k = 1; k < N; ++k) x.post_send(to(k), id, bytes(reduced, r), L.record);
+  for (int k = 1; k < N; ++k) {
+    const int j = from(k);
+    x.recv(j, id, reinterpret_cast<std::byte*>(reduced + static_cast<std::size_t>(j) * L.record), L.record, dl);
   }
   x.flush_sends(dl);
 }
