@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A rank dies (_exit) in the middle of a stream of 16 MiB allreduces. With a 60 s timeout, every
-# survivor must raise gsync::error peer_lost (exit 42) within 5 s; then the same under gsyncrun,
-# which must exit non-zero and stop the job promptly.
+# A rank dies (_exit) in the middle of a stream of allreduces (tests/mp_check.cpp: 16 MiB on host
+# memory; tests/mp_cuda_ipc.cpp: 4 MiB of device memory over CUDA IPC on the runtime's stand-in).
+# With a 60 s timeout, every survivor must raise gsync::error peer_lost (exit 42) within 5 s; then
+# the same under gsyncrun, which must exit non-zero and stop the job promptly.
 set -u
 prog=$1 gsyncrun=$2
 # A port below the kernel's ephemeral range, so no outgoing connection of another test holds it;
@@ -24,7 +25,7 @@ for attempt in 1 2 3; do
     echo "port $GSYNC_MASTER_PORT was taken; retrying"
     continue
   fi
-  rm -f "${TMPDIR:-/tmp}"/gsync_rank_exit_$$_*.err
+  rm -f "${TMPDIR:-/tmp}"/gsync_rank_exit_$$_*.err /dev/shm/gsync-"${pids[1]}"-*  # what the dead rank left (no launcher here)
   break
 done
 echo "exit codes: ${codes[*]} after ${ms} ms"

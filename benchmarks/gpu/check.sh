@@ -6,7 +6,9 @@
 #      sharing the GPU; the CUDA example);
 #   2. the kernels' bandwidth as a fraction of the device's own copy bandwidth, and the pinned
 #      host <-> device bandwidth (the staged path's bound);
-#   3. staged allreduce busbw at 2 and 4 processes against the host allreduce in the same run.
+#   3. staged allreduce busbw at 2 and 4 processes against the host allreduce in the same run;
+#   4. CUDA IPC: the time to open a peer's arena, one-shot and two-shot allreduce at 2 and 4
+#      processes against host staging in the same run and against the device memory bound.
 # Everything goes to $OUT (default benchmarks/results/gpu/<date>/): check.log and one .md per table.
 # Usage: bash benchmarks/gpu/check.sh [build dir]
 set -uo pipefail
@@ -28,8 +30,8 @@ if ! command -v cmake >/dev/null || ! dpkg -s libasio-dev doctest-dev >/dev/null
   bash "$here/tools/setup.sh" || true
 fi
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGSYNC_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$build" -j "$(nproc)" --target gsync_cuda_kernels gsync_cuda_device_collectives gsync_cuda_device_sync cuda_allreduce cuda_data_parallel data_parallel_mlp gsyncrun \
-  gsync-gpu-kernel-bench gsync-gpu-staged-bench || exit 1
+cmake --build "$build" -j "$(nproc)" --target gsync_cuda_kernels gsync_cuda_device_collectives gsync_cuda_device_sync gsync_cuda_ipc_collectives cuda_allreduce cuda_data_parallel data_parallel_mlp gsyncrun \
+  gsync-gpu-kernel-bench gsync-gpu-staged-bench gsync-gpu-ipc-bench || exit 1
 
 step "cuda tests"
 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 240 | tee "$out/cuda_tests.txt"
@@ -40,5 +42,9 @@ step "kernel bandwidth (256 MiB)"
 for n in 2 4; do
   step "staged allreduce, $n processes on one GPU"
   timeout 150 "$build/tools/gsyncrun" -n "$n" -- "$build/benchmarks/gpu/gsync-gpu-staged-bench" 256 | tee "$out/staged_$n.md"
+done
+for n in 2 4; do
+  step "CUDA IPC allreduce, $n processes on one GPU"
+  timeout 150 "$build/tools/gsyncrun" -n "$n" -- "$build/benchmarks/gpu/gsync-gpu-ipc-bench" 256 | tee "$out/ipc_$n.md"
 done
 step "done: $out"

@@ -17,25 +17,10 @@
 #include <gsync/gsync.hpp>
 #include <gsync/transport/tcp.hpp>
 
-namespace {
+#include "timing.hpp"
 
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw gsync::error(gsync::errc::cuda, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-template <class F>
-double per_op_s(F&& one, int k) {
-  std::vector<double> t;
-  for (int batch = 0; batch < 5; ++batch) {
-    const auto a = std::chrono::steady_clock::now();
-    one(k);
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / k);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
-
-}  // namespace
+using gsync_bench::ok;
+using gsync_bench::per_op_s;
 
 int main(int argc, char** argv) {
   int devices = 0;

@@ -27,6 +27,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -106,6 +107,15 @@ namespace detail {
 /// of the output (N blocks, windowed alike).
 template <class Algo, class X, class T>
 request allgather_device(communicator<X>& comm, const T* in, T* out, std::size_t c, cuda_stream s) {
+  if constexpr (ipc_eligible<Algo, T, op::sum>) {
+    if (auto st = ipc_state_of(comm); st && st->group) {
+      cuda::ipc::group* g = st->group.get();
+      ipc_log_shape(comm, device_shape<T>("allgather", c, ""), "");
+      return ipc_launch(comm, std::move(st), "allgather", s, [&](std::chrono::milliseconds limit) {
+        return cuda::ipc::allgather(*g, in, out, c, dtype_of<T>, s, limit);
+      });
+    }
+  }
   const std::size_t n = static_cast<std::size_t>(comm.size());
   cuda::detail::staged_plan plan{staged(in, 1, c, true, false), staged(out, n, c, false, true), false};
   plan.cut(comm.settings().cuda_staging_bytes);
@@ -118,7 +128,8 @@ request allgather_device(communicator<X>& comm, const T* in, T* out, std::size_t
 }  // namespace detail
 
 /// Allgather of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
-/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
+/// (detail/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes and in-place form as the host overload.
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
@@ -136,3 +147,5 @@ request allgather_async(communicator<X>& comm, device_span<const std::type_ident
 }
 
 }  // namespace gsync
+
+#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

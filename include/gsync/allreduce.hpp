@@ -38,6 +38,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -107,6 +108,16 @@ void check_allreduce(std::span<const T> in, std::span<T> out) {
 /// in place on one mirror, filled from `in` and copied back to `out`.
 template <class Algo, class X, class T, class Op>
 request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s) {
+  if constexpr (ipc_eligible<Algo, T, Op>) {
+    if (auto st = ipc_state_of(comm); st && st->group) {
+      cuda::ipc::group* g = st->group.get();
+      const auto sch = cuda::ipc::choose(count * sizeof(T), comm.size(), comm.settings().cuda_ipc.algo);
+      ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()), std::string(cuda::ipc::name(sch)));
+      return ipc_launch(comm, std::move(st), "allreduce", s, [&](std::chrono::milliseconds limit) {
+        return cuda::ipc::allreduce(*g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, *cuda::ipc_op_of<Op>(), sch, s, limit);
+      });
+    }
+  }
   cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, true), true};
   plan.cut(comm.settings().cuda_staging_bytes);
   return staged_launch(comm, "allreduce", s, plan, [&] {
@@ -160,7 +171,7 @@ request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
 /// In-place allreduce of device memory, ordered on CUDA stream `stream` (NCCL's contract): returns
 /// once the work is queued; later work on `stream` sees data[i] = op over ranks of data[i]. The
 /// buffer must not change until then. An error after the call breaks the communicator and is
-/// thrown by its next call (cuda/staging.hpp says how the data moves).
+/// thrown by its next call (detail/ipc_collective.hpp and cuda/staging.hpp say how the data moves).
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator
 /// (its calls usable in device code: see GSYNC_HD, detail/hd.hpp).
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
@@ -207,3 +218,5 @@ request allreduce_async(communicator<X>& comm, device_span<const std::type_ident
 GSYNC_COMPILED_ALLREDUCE(GSYNC_EXTERN_ALLREDUCE_RUN)
 #undef GSYNC_EXTERN_ALLREDUCE_RUN
 #endif
+
+#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

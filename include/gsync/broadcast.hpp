@@ -25,6 +25,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -93,6 +94,15 @@ namespace detail {
 /// the result out; the host schedule runs on one mirror.
 template <class Algo, class X, class T>
 request broadcast_device(communicator<X>& comm, T* data, std::size_t count, int root, cuda_stream s) {
+  if constexpr (ipc_eligible<Algo, T, op::sum>) {
+    if (auto st = ipc_state_of(comm); st && st->group) {
+      cuda::ipc::group* g = st->group.get();
+      ipc_log_shape(comm, device_shape<T>("broadcast", count, ""), "");
+      return ipc_launch(comm, std::move(st), "broadcast", s, [&](std::chrono::milliseconds limit) {
+        return cuda::ipc::broadcast(*g, data, count, dtype_of<T>, root, s, limit);
+      });
+    }
+  }
   const bool is_root = comm.rank() == root;
   cuda::detail::staged_plan plan{staged(data, 1, count, is_root, false), staged(data, 1, count, false, !is_root), true};
   plan.cut(comm.settings().cuda_staging_bytes);
@@ -105,7 +115,8 @@ request broadcast_device(communicator<X>& comm, T* data, std::size_t count, int 
 }  // namespace detail
 
 /// Broadcast of device memory from `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
-/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
+/// (detail/ipc_collective.hpp, cuda/staging.hpp).
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void broadcast(communicator<X>& comm, device_span<T> data, int root, cuda_stream stream) {
@@ -122,3 +133,5 @@ request broadcast_async(communicator<X>& comm, device_span<T> data, int root, cu
 }
 
 }  // namespace gsync
+
+#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

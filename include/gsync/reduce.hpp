@@ -26,6 +26,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -112,6 +113,15 @@ namespace detail {
 /// result out. The host schedule runs on mirrors of both.
 template <class Algo, class X, class T, class Op>
 request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root, cuda_stream s) {
+  if constexpr (ipc_eligible<Algo, T, Op>) {
+    if (auto st = ipc_state_of(comm); st && st->group) {
+      cuda::ipc::group* g = st->group.get();
+      ipc_log_shape(comm, device_shape<T>("reduce", count, op_name<Op>()), "");
+      return ipc_launch(comm, std::move(st), "reduce", s, [&](std::chrono::milliseconds limit) {
+        return cuda::ipc::reduce(*g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, *cuda::ipc_op_of<Op>(), root, s, limit);
+      });
+    }
+  }
   const bool is_root = comm.rank() == root;
   cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, is_root), false};
   plan.cut(comm.settings().cuda_staging_bytes);
@@ -124,7 +134,8 @@ request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t co
 }  // namespace detail
 
 /// Reduce of device memory to `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
-/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
+/// (detail/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes as the host overload (`out` is read only on the root).
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
@@ -146,3 +157,5 @@ request reduce_async(communicator<X>& comm, device_span<const std::type_identity
 }
 
 }  // namespace gsync
+
+#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

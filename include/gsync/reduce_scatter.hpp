@@ -28,6 +28,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -113,6 +114,15 @@ namespace detail {
 /// (N blocks, windowed alike) and of the output.
 template <class Algo, class X, class T, class Op>
 request reduce_scatter_device(communicator<X>& comm, const T* in, T* out, std::size_t c, const Op& op, cuda_stream s) {
+  if constexpr (ipc_eligible<Algo, T, Op>) {
+    if (auto st = ipc_state_of(comm); st && st->group) {
+      cuda::ipc::group* g = st->group.get();
+      ipc_log_shape(comm, device_shape<T>("reduce_scatter", c, op_name<Op>()), "");
+      return ipc_launch(comm, std::move(st), "reduce_scatter", s, [&](std::chrono::milliseconds limit) {
+        return cuda::ipc::reduce_scatter(*g, ipc_kernels_in_use(), in, out, c, dtype_of<T>, *cuda::ipc_op_of<Op>(), s, limit);
+      });
+    }
+  }
   const std::size_t n = static_cast<std::size_t>(comm.size());
   cuda::detail::staged_plan plan{staged(in, n, c, true, false), staged(out, 1, c, false, true), false};
   plan.cut(comm.settings().cuda_staging_bytes);
@@ -125,7 +135,8 @@ request reduce_scatter_device(communicator<X>& comm, const T* in, T* out, std::s
 }  // namespace detail
 
 /// Reduce-scatter of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
-/// queued; later work on `stream` sees the result. Staged through host memory (cuda/staging.hpp).
+/// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
+/// (detail/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes and in-place form as the host overload.
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
@@ -146,3 +157,5 @@ request reduce_scatter_async(communicator<X>& comm, device_span<const std::type_
 }
 
 }  // namespace gsync
+
+#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

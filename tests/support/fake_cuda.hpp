@@ -20,12 +20,23 @@
 #include <map>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gsync/core/ops.hpp>
 #include <gsync/cuda/api.hpp>
 #include <gsync/cuda/grad_api.hpp>
+#include <gsync/cuda/ipc_api.hpp>
+#include <gsync/cuda/ipc_reduce.hpp>
 #include <gsync/grad/clip.hpp>
 #include <gsync/grad/nonfinite.hpp>
 
 namespace gsync_test {
+
+/// Delay of every device-to-device copy and IPC reduction the calling thread enqueues (a rank made
+/// slow on purpose).
+inline thread_local int slow_stream_us = 0;
 
 class fake_cuda final : public gsync::cuda::runtime_api {
  public:
@@ -95,6 +106,12 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::atomic<long> streams_alive{0};
   std::atomic<long> device_allocations{0};  // alloc_device minus free_device
   std::atomic<bool> capture{false};         // what capturing() answers
+  std::atomic<long> ipc_opens{0}, ipc_open_now{0};  // ipc_open calls; mappings open now
+  std::atomic<long> exportable_now{0};      // alloc_exportable minus free_exportable
+  std::atomic<long> registered_now{0};      // register_host minus unregister_host
+  std::atomic<bool> fail_ipc_open{false};   // ipc_open fails as in another PID namespace
+  std::atomic<int> compute_mode{0};         // what identity() reports
+  unsigned char uuid_byte = 0x11;           // the device's UUID, this byte 16 times
 
   // --- runtime_api ---
   const char* name() const noexcept override { return "fake"; }
@@ -136,7 +153,11 @@ class fake_cuda final : public gsync::cuda::runtime_api {
       throw gsync::error(gsync::errc::cuda, "cudaMemcpyAsync failed: cudaErrorIllegalAddress (fake: injected)");
     if (kind == gsync::cuda::copy_kind::device_to_host) d2h_bytes += static_cast<long>(bytes);
     if (kind == gsync::cuda::copy_kind::host_to_device) h2d_bytes += static_cast<long>(bytes);
-    impl(s).push([=] { std::memcpy(dst, src, bytes); });
+    const int delay_us = kind == gsync::cuda::copy_kind::device_to_device ? slow_stream_us : 0;
+    impl(s).push([=] {
+      if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      std::memcpy(dst, src, bytes);
+    });
   }
   void* alloc_device(std::size_t bytes) override {
     void* p = std::aligned_alloc(256, (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256);
@@ -182,6 +203,93 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   }
   bool capturing(gsync::cuda_stream) override { return capture.load(); }
 
+  // CUDA IPC: exportable "device memory" is POSIX shared memory, so that ranks in other
+  // processes (multi-process tests) can map it by the name carried in the handle.
+  gsync::cuda::device_identity identity() override {
+    gsync::cuda::device_identity id;
+    id.uuid.fill(uuid_byte);
+    std::snprintf(id.pci_bus, sizeof id.pci_bus, "0000:fa:ke.0");
+    id.compute_mode = compute_mode.load();
+    return id;
+  }
+  void* alloc_exportable(std::size_t bytes) override {
+    char name[64];
+    static std::atomic<unsigned> n{0};
+    std::snprintf(name, sizeof name, "/gsync-%d-fakedev-%u", static_cast<int>(::getpid()), n++);
+    int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw gsync::error(gsync::errc::cuda, "cudaMalloc failed (fake: shm_open)");
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      throw gsync::error(gsync::errc::cuda, "cudaMalloc failed (fake: ftruncate)");
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      ::shm_unlink(name);
+      throw gsync::error(gsync::errc::cuda, "cudaMalloc failed (fake: mmap)");
+    }
+    std::lock_guard lk(m_);
+    exports_[p] = {name, bytes};
+    ++exportable_now;
+    return p;
+  }
+  void free_exportable(void* p) noexcept override {
+    std::lock_guard lk(m_);
+    auto it = exports_.find(p);
+    if (it == exports_.end()) return;
+    ::shm_unlink(it->second.first.c_str());
+    ::munmap(p, it->second.second);
+    exports_.erase(it);
+    --exportable_now;
+  }
+  gsync::cuda::ipc_handle ipc_export(void* base) override {
+    std::lock_guard lk(m_);
+    auto it = exports_.find(base);
+    if (it == exports_.end()) throw gsync::error(gsync::errc::cuda, "cudaIpcGetMemHandle failed: cudaErrorInvalidValue (fake)");
+    gsync::cuda::ipc_handle h{};
+    const std::string& name = it->second.first;
+    std::memcpy(h.data(), name.data(), std::min(name.size(), h.size() - 9));
+    std::uint64_t bytes = it->second.second;
+    std::memcpy(h.data() + h.size() - 8, &bytes, 8);
+    return h;
+  }
+  void* ipc_open(const gsync::cuda::ipc_handle& h) override {
+    ++ipc_opens;
+    if (fail_ipc_open) throw gsync::error(gsync::errc::cuda, "cudaIpcOpenMemHandle failed: cudaErrorInvalidValue (fake: injected)");
+    const std::string name(reinterpret_cast<const char*>(h.data()), strnlen(reinterpret_cast<const char*>(h.data()), h.size() - 9));
+    std::uint64_t bytes = 0;
+    std::memcpy(&bytes, h.data() + h.size() - 8, 8);
+    {
+      std::lock_guard lk(m_);
+      for (auto& [p, e] : exports_)
+        if (e.first == name)  // CUDA cannot open a handle in the process that exported it
+          throw gsync::error(gsync::errc::cuda, "cudaIpcOpenMemHandle failed: cudaErrorDeviceUninitialized (fake: own handle)");
+    }
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) throw gsync::error(gsync::errc::cuda, "cudaIpcOpenMemHandle failed: cudaErrorInvalidResourceHandle (fake)");
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw gsync::error(gsync::errc::cuda, "cudaIpcOpenMemHandle failed (fake: mmap)");
+    std::lock_guard lk(m_);
+    opened_[p] = bytes;
+    ++ipc_open_now;
+    return p;
+  }
+  void ipc_close(void* p) noexcept override {
+    std::lock_guard lk(m_);
+    auto it = opened_.find(p);
+    if (it == opened_.end()) return;
+    ::munmap(p, it->second);
+    opened_.erase(it);
+    --ipc_open_now;
+  }
+  void register_host(void*, std::size_t) override { ++registered_now; }
+  void unregister_host(void*) noexcept override { --registered_now; }
+  void write_word(gsync::cuda_stream s, std::uint64_t* word, std::uint64_t value) override {
+    impl(s).push([word, value] { std::atomic_ref<std::uint64_t>(*word).store(value, std::memory_order_release); });
+  }
+
  private:
   stream_impl& impl(gsync::cuda_stream s) {
     if (s) return *reinterpret_cast<stream_impl*>(s);
@@ -192,6 +300,33 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::mutex m_;
   std::unique_ptr<stream_impl> default_;
   std::map<void*, std::size_t> sizes_;
+  std::map<void*, std::pair<std::string, std::size_t>> exports_;
+  std::map<void*, std::size_t> opened_;
+};
+
+
+/// The IPC reduction on fake streams: the CUDA kernel's element engine (cuda/ipc_reduce.hpp) run by
+/// one worker as a task of the stream.
+class fake_ipc_kernels final : public gsync::cuda::ipc_kernels {
+ public:
+  explicit fake_ipc_kernels(fake_cuda& api) : api_(api) {}
+  void reduce(const gsync::cuda::ipc_sources& src, void* dst, std::size_t count, gsync::dtype t, gsync::cuda::ipc_op op,
+              gsync::cuda_stream s) override {
+    ++calls;
+    const int delay_us = slow_stream_us;
+    gsync::cuda::visit_dtype(t, [&](auto v) {
+      using T = decltype(v);
+      api_.launch(s, [=] {
+        if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));  // a slow reader
+        T* d = static_cast<T*>(dst);
+        gsync::cuda::ipc_reduce_any(src, d, count, gsync::cuda::ipc_split(src, d, count), op, 0, 1);
+      });
+    });
+  }
+  std::atomic<long> calls{0};
+
+ private:
+  fake_cuda& api_;
 };
 
 /// The gradient passes on fake streams: the host passes of grad/nonfinite.hpp and grad/clip.hpp,
@@ -268,10 +403,17 @@ class fake_grad_kernels final : public gsync::cuda::grad_kernels {
 struct fake_cuda_scope {
   fake_cuda api;
   fake_grad_kernels kernels{api};
+  fake_ipc_kernels ipc{api};
   gsync::cuda::runtime_api* prev;
   gsync::cuda::grad_kernels* prev_kernels;
-  fake_cuda_scope() : prev(gsync::cuda::set_runtime_api(&api)), prev_kernels(gsync::cuda::set_grad_kernels(&kernels)) {}
+  gsync::cuda::ipc_kernels* prev_ipc;
+  /// \param with_ipc also install the IPC kernels (device collectives may then run over CUDA IPC).
+  explicit fake_cuda_scope(bool with_ipc = false)
+      : prev(gsync::cuda::set_runtime_api(&api)),
+        prev_kernels(gsync::cuda::set_grad_kernels(&kernels)),
+        prev_ipc(gsync::cuda::set_ipc_kernels(with_ipc ? &ipc : nullptr)) {}
   ~fake_cuda_scope() {
+    gsync::cuda::set_ipc_kernels(prev_ipc);
     gsync::cuda::set_grad_kernels(prev_kernels);
     gsync::cuda::set_runtime_api(prev);
   }

@@ -351,6 +351,9 @@ class communicator {
   /// resources, cuda/staging.hpp), made by that part on first use. Jobs that use it hold a
   /// reference, and the engine stops before the communicator's members go, so it outlives them.
   std::shared_ptr<void>& device_state_slot() noexcept { return device_state_; }
+  /// The slot of the CUDA IPC group of this communicator's device collectives
+  /// (detail/ipc_setup.hpp), kept as `device_state_slot`.
+  std::shared_ptr<void>& ipc_state_slot() noexcept { return ipc_state_; }
 
   /// The progress engine, created (without a thread yet) on first use.
   detail::progress_engine& engine() {
@@ -414,6 +417,7 @@ class communicator {
     counters_ = o.counters_;
     trace_ = std::move(o.trace_);
     device_state_ = std::move(o.device_state_);
+    ipc_state_ = std::move(o.ipc_state_);
     engine_ = std::move(o.engine_);
     if (engine_) engine_->rebind(this);
   }
@@ -437,6 +441,7 @@ class communicator {
   op_counters counters_;
   std::shared_ptr<trace_writer> trace_;
   std::shared_ptr<void> device_state_;                // device_state_slot()
+  std::shared_ptr<void> ipc_state_;                   // ipc_state_slot()
   std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call
 };
 

@@ -217,6 +217,18 @@ inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}
 
 }  // namespace detail
 
+/// Settings of device collectives between GPUs of one machine through CUDA IPC (cuda/ipc_group.hpp).
+struct cuda_ipc_settings {
+  /// Use CUDA IPC where every rank of a communicator can map the others' GPU memory
+  /// (GSYNC_CUDA_IPC_DISABLE=1 clears it: device collectives then use host staging).
+  bool enabled = true;
+  /// Bytes of each of the two slots of the device arena every rank exports (GSYNC_CUDA_IPC_BUFFER,
+  /// default 8M, at least 64K); messages larger than a slot move in chunks.
+  std::size_t slot_bytes = std::size_t{8} << 20;
+  /// Allreduce schedule forced over CUDA IPC (GSYNC_CUDA_IPC_ALGO: auto, oneshot, twoshot).
+  std::string algo;
+};
+
 /// Per-communicator settings. `from_env()` reads the GSYNC_* variables; setters on the communicator
 /// change them later.
 struct config {
@@ -246,6 +258,9 @@ struct config {
   /// A message whose mirror would be larger runs as consecutive windows. Every rank must use the
   /// same value (a difference is reported as a mismatch).
   std::size_t cuda_staging_bytes = std::size_t{64} << 20;
+  /// Device collectives through CUDA IPC (GSYNC_CUDA_IPC_DISABLE, GSYNC_CUDA_IPC_BUFFER,
+  /// GSYNC_CUDA_IPC_ALGO).
+  cuda_ipc_settings cuda_ipc;
   /// Settings of the TCP / shared-memory transport, for communicators that `join` a job
   /// (transport/tcp_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
   transport::tcp_options transport;
@@ -275,6 +290,21 @@ struct config {
       if (!b || *b < (std::size_t{64} << 10))
         throw error(errc::invalid_argument, "GSYNC_CUDA_STAGING_BYTES='" + *s + "' is not a size of at least 64K, such as 64M");
       c.cuda_staging_bytes = *b;
+    }
+    if (auto d = detail::env("GSYNC_CUDA_IPC_DISABLE")) {
+      if (*d != "0" && *d != "1") throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_DISABLE='" + *d + "' must be 0 or 1");
+      c.cuda_ipc.enabled = *d == "0";
+    }
+    if (auto s = detail::env("GSYNC_CUDA_IPC_BUFFER")) {
+      auto b = detail::parse_size(*s);
+      if (!b || *b < (std::size_t{64} << 10))
+        throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_BUFFER='" + *s + "' is not a size of at least 64K, such as 8M");
+      c.cuda_ipc.slot_bytes = *b;
+    }
+    if (auto a = detail::env("GSYNC_CUDA_IPC_ALGO")) {
+      if (*a != "auto" && *a != "oneshot" && *a != "twoshot")
+        throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_ALGO='" + *a + "' is not one of auto, oneshot, twoshot");
+      c.cuda_ipc.algo = *a;
     }
     c.transport = detail::tcp_options_from_env();
     return c;

@@ -13,6 +13,7 @@
 /// Every method throws `gsync::error` with `errc::cuda` and CUDA's error string on failure.
 /// This header includes no CUDA header.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -33,7 +34,19 @@ enum class copy_kind : std::uint8_t {
   device_to_device,  ///< within device memory
 };
 
-/// The CUDA runtime calls of the staged path. Streams made here never synchronise with the
+/// What identifies a device to peers deciding whether they can map its memory (cuda/ipc_peer.hpp).
+struct device_identity {
+  std::array<unsigned char, 16> uuid{};  ///< the GPU's UUID (equal for ranks sharing one GPU)
+  char pci_bus[32] = {};                 ///< PCI bus id, "0000:17:00.0" (for messages)
+  int ordinal = 0;                       ///< device number in this process
+  /// cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process (one context per device).
+  int compute_mode = 0;
+};
+
+/// A legacy CUDA IPC memory handle (cudaIpcMemHandle_t: 64 opaque bytes).
+using ipc_handle = std::array<std::byte, 64>;
+
+/// The CUDA runtime calls of the staged path and of the CUDA IPC path (cuda/ipc_group.hpp). Streams made here never synchronise with the
 /// legacy default stream; ordering with the caller's stream is always explicit (events, waits).
 class runtime_api {
  public:
@@ -77,6 +90,30 @@ class runtime_api {
   virtual void wait_word(cuda_stream s, std::uint64_t* word, std::uint64_t value, std::chrono::milliseconds limit) = 0;
   /// True while `s` is being captured into a CUDA graph (the staged path cannot be captured).
   virtual bool capturing(cuda_stream s) = 0;
+
+  // --- CUDA IPC (cuda/ipc_group.hpp) ---
+  /// The current device's identity.
+  virtual device_identity identity() = 0;
+  /// Device memory whose handle (`ipc_export`) other processes can open: a whole cudaMalloc
+  /// allocation (not pool or managed memory).
+  virtual void* alloc_exportable(std::size_t bytes) = 0;
+  /// Frees memory from alloc_exportable (after every importer closed it).
+  virtual void free_exportable(void* p) noexcept = 0;
+  /// The IPC handle of an allocation from alloc_exportable (its base pointer).
+  virtual ipc_handle ipc_export(void* base) = 0;
+  /// Maps a peer process's allocation into this process (cudaIpcOpenMemHandle with lazy peer
+  /// access); throws `errc::cuda` with CUDA's reason when it cannot.
+  virtual void* ipc_open(const ipc_handle& h) = 0;
+  /// Unmaps what ipc_open returned.
+  virtual void ipc_close(void* p) noexcept = 0;
+  /// Page-locks host memory this process did not allocate through CUDA (a shared-memory page),
+  /// mapped for every device, so that streams can wait on and write words in it.
+  virtual void register_host(void* p, std::size_t bytes) = 0;
+  /// Undoes register_host.
+  virtual void unregister_host(void* p) noexcept = 0;
+  /// Makes `s` store `value` to `*word` once the work queued before has completed. `word` lies in
+  /// memory from alloc_pinned or register_host.
+  virtual void write_word(cuda_stream s, std::uint64_t* word, std::uint64_t value) = 0;
 };
 
 namespace detail {

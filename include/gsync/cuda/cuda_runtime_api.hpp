@@ -2,8 +2,8 @@
 /// \file
 /// The real `cuda::runtime_api` (cuda/api.hpp) over the CUDA runtime, installed when this header
 /// is included (by gsync's collective headers under nvcc or GSYNC_WITH_CUDA). Needs CUDA's headers
-/// and libcudart; the driver call it uses (cuStreamWaitValue64) is looked up through the runtime
-/// (cudaGetDriverEntryPointByVersion), so nothing links libcuda.
+/// and libcudart; the driver calls it uses (cuStreamWaitValue64, cuStreamWriteValue64) are looked up
+/// through the runtime (cudaGetDriverEntryPointByVersion), so nothing links libcuda.
 ///
 /// A stream waits for a host word with cuStreamWaitValue64 on the mapped pinned word: the GPU
 /// polls it, no host thread is held. Where the driver refuses stream memory operations, a host
@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -100,6 +101,50 @@ class cuda_runtime final : public runtime_api {
     check(cudaStreamIsCapturing(s, &st), "cudaStreamIsCapturing");
     return st != cudaStreamCaptureStatusNone;
   }
+  device_identity identity() override {
+    device_identity id;
+    id.ordinal = current_device();
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, id.ordinal), "cudaGetDeviceProperties");
+    std::memcpy(id.uuid.data(), prop.uuid.bytes, id.uuid.size());
+    check(cudaDeviceGetPCIBusId(id.pci_bus, sizeof id.pci_bus, id.ordinal), "cudaDeviceGetPCIBusId");
+    check(cudaDeviceGetAttribute(&id.compute_mode, cudaDevAttrComputeMode, id.ordinal), "cudaDeviceGetAttribute");
+    return id;
+  }
+  void* alloc_exportable(std::size_t bytes) override { return alloc_device(bytes); }
+  void free_exportable(void* p) noexcept override { free_device(p); }
+  ipc_handle ipc_export(void* base) override {
+    cudaIpcMemHandle_t h{};
+    check(cudaIpcGetMemHandle(&h, base), "cudaIpcGetMemHandle");
+    ipc_handle out{};
+    static_assert(sizeof h == sizeof out);
+    std::memcpy(out.data(), &h, sizeof h);
+    return out;
+  }
+  void* ipc_open(const ipc_handle& in) override {
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, in.data(), sizeof h);
+    void* p = nullptr;
+    check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    return p;
+  }
+  void ipc_close(void* p) noexcept override { (void)cudaIpcCloseMemHandle(p); }
+  void register_host(void* p, std::size_t bytes) override {
+    check(cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped), "cudaHostRegister");
+  }
+  void unregister_host(void* p) noexcept override { (void)cudaHostUnregister(p); }
+  void write_word(cuda_stream s, std::uint64_t* word, std::uint64_t value) override {
+    if (auto fn = write_value_fn()) {
+      void* dev = nullptr;
+      check(cudaHostGetDevicePointer(&dev, word, 0), "cudaHostGetDevicePointer");
+      if (fn(s, reinterpret_cast<CUdeviceptr>(dev), value, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS) return;
+      memops_refused_.store(true, std::memory_order_relaxed);
+    }
+    auto* w = new host_writer{word, value};
+    const cudaError_t r = cudaLaunchHostFunc(s, &host_writer::run, w);
+    if (r != cudaSuccess) delete w;
+    check(r, "cudaLaunchHostFunc");
+  }
 
  private:
   using wait_value_t = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -118,6 +163,29 @@ class cuda_runtime final : public runtime_api {
       delete w;
     }
   };
+  struct host_writer {
+    std::uint64_t* word;
+    std::uint64_t value;
+    static void run(void* p) noexcept {
+      auto* w = static_cast<host_writer*>(p);
+      std::atomic_ref<std::uint64_t>(*w->word).store(w->value, std::memory_order_release);
+      delete w;
+    }
+  };
+  wait_value_t write_value_fn() {
+    if (memops_refused_.load(std::memory_order_relaxed)) return nullptr;
+    static const wait_value_t fn = [] {
+      void* f = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return wait_value_t{nullptr};
+      }
+      return reinterpret_cast<wait_value_t>(f);
+    }();
+    return fn;
+  }
   wait_value_t wait_value_fn() {
     if (memops_refused_.load(std::memory_order_relaxed)) return nullptr;
     static const wait_value_t fn = [] {

@@ -32,6 +32,9 @@
 #if defined(__CUDACC__) || (defined(GSYNC_WITH_CUDA) && GSYNC_WITH_CUDA)
 #include "gsync/cuda/cuda_runtime_api.hpp"
 #endif
+#if defined(__CUDACC__)
+#include "gsync/cuda/ipc_kernels.cuh"  // device collectives between GPUs of one machine (detail/ipc_collective.hpp)
+#endif
 
 namespace gsync::detail {
 

@@ -1,0 +1,147 @@
+#pragma once
+/// \file
+/// The control page of one rank of a CUDA IPC group: a page of POSIX shared memory, mapped by
+/// every rank of the group and registered with CUDA, holding the monotonic 64-bit counters that
+/// order the group's streams (written and waited on by stream memory operations, so no kernel ever
+/// spins on another process's kernel: without MPS, kernels of two processes sharing a GPU do not
+/// run at the same time) and the words through which a failure reaches every rank.
+///
+/// Because the counters live in host memory, the host can see them too: the watchdog
+/// (cuda/ipc_group.hpp) names the rank that never arrived, and on a failure writes peers' counters
+/// forward so that no stream waits forever. Counters only grow; a waiter compares cyclically
+/// ((int64)(word - value) >= 0), as cuStreamWaitValue64's GEQ does.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "gsync/core/error.hpp"
+#include "gsync/detail/random.hpp"
+
+namespace gsync::cuda::ipc {
+
+/// Entries of a page's signature ring (the mismatch check of consecutive steps).
+inline constexpr std::size_t signature_slots = 64;
+
+/// The control page of one rank. Counters are written by the owner's stream (or, on failure, by
+/// any rank's watchdog); the abort words by any rank.
+struct control_page {
+  alignas(64) std::uint64_t arrive = 0;   ///< last step whose chunk is in the owner's slot
+  alignas(64) std::uint64_t reduced = 0;  ///< two-shot: last step whose slice the owner reduced
+  alignas(64) std::uint64_t done = 0;     ///< last step the owner finished reading its peers
+  alignas(64) std::uint64_t closed = 0;   ///< 1: the owner closed its mappings of peers' arenas
+  alignas(64) std::uint64_t abort_by = 0;  ///< 0, or 1 + the rank that reported a failure first
+  alignas(64) char why[256] = {};          ///< the owner's failure report (written before abort_by)
+  /// What the owner's host enqueued at step g, in entry g mod signature_slots: {g, signature}.
+  struct alignas(16) signature_entry {
+    std::uint64_t step = 0;
+    std::uint64_t sig = 0;
+  };
+  alignas(64) signature_entry sigs[signature_slots] = {};
+};
+static_assert(sizeof(control_page) <= 4096);
+
+/// Bytes mapped per page.
+inline constexpr std::size_t page_bytes = 4096;
+
+/// Atomic view of a counter.
+inline std::atomic_ref<std::uint64_t> word(std::uint64_t& w) noexcept { return std::atomic_ref<std::uint64_t>(w); }
+
+/// True when counter value `have` has reached `want` (cyclic compare).
+inline bool reached(std::uint64_t have, std::uint64_t want) noexcept { return static_cast<std::int64_t>(have - want) >= 0; }
+
+/// A mapping of one control page (its own, created; or a peer's, opened by name).
+class page_mapping {
+ public:
+  page_mapping() = default;
+  page_mapping(const page_mapping&) = delete;
+  page_mapping& operator=(const page_mapping&) = delete;
+  page_mapping(page_mapping&& o) noexcept
+      : base_(std::exchange(o.base_, nullptr)), name_(std::move(o.name_)), linked_(std::exchange(o.linked_, false)) {}
+  page_mapping& operator=(page_mapping&& o) noexcept {
+    if (this != &o) {
+      reset();
+      base_ = std::exchange(o.base_, nullptr);
+      name_ = std::move(o.name_);
+      linked_ = std::exchange(o.linked_, false);
+    }
+    return *this;
+  }
+  ~page_mapping() { reset(); }
+
+  /// Creates a fresh page with a unique name and maps it. Throws errc::system on failure.
+  static page_mapping create() {
+    for (int attempt = 0;; ++attempt) {
+      char name[64];
+      std::snprintf(name, sizeof name, "/gsync-%d-ipc-%016llx", static_cast<int>(::getpid()),
+                    static_cast<unsigned long long>(gsync::detail::random::u64()));
+      int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 && errno == EEXIST && attempt < 8) continue;
+      if (fd < 0) throw error(errc::system, std::string("shm_open(") + name + ", create): " + std::strerror(errno));
+      page_mapping m;
+      m.name_ = name;
+      m.linked_ = true;
+      const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(page_bytes));
+      if (rc != 0) {
+        ::close(fd);
+        throw error(errc::system, "cannot reserve a page of shared memory for " + m.name_ + ": " + std::strerror(rc) +
+                                      " (is /dev/shm full? GSYNC_CUDA_IPC_DISABLE=1 keeps device collectives on host staging)");
+      }
+      m.map(fd);
+      new (m.base_) control_page{};
+      return m;
+    }
+  }
+
+  /// Maps the existing page `name` (a peer's). Throws errc::system on failure.
+  static page_mapping open(const std::string& name) {
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0)
+      throw error(errc::system, "shm_open(" + name + "): " + std::strerror(errno) + " (ranks of one machine must run as the same user)");
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != page_bytes) {
+      ::close(fd);
+      throw error(errc::mismatch, "CUDA IPC control page " + name + " has an unexpected size");
+    }
+    page_mapping m;
+    m.name_ = name;
+    m.map(fd);
+    return m;
+  }
+
+  control_page& page() const noexcept { return *static_cast<control_page*>(base_); }  ///< the page
+  void* base() const noexcept { return base_; }                                        ///< its address
+  const std::string& name() const noexcept { return name_; }                           ///< its name
+  /// Removes the name (the page lives on while mapped). Idempotent.
+  void unlink() noexcept {
+    if (linked_) ::shm_unlink(name_.c_str());
+    linked_ = false;
+  }
+
+ private:
+  void map(int fd) {
+    void* p = ::mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw error(errc::system, "mmap(" + name_ + "): " + std::strerror(e));
+    base_ = p;
+  }
+  void reset() noexcept {
+    unlink();
+    if (base_) ::munmap(base_, page_bytes);
+    base_ = nullptr;
+  }
+  void* base_ = nullptr;
+  std::string name_;
+  bool linked_ = false;
+};
+
+}  // namespace gsync::cuda::ipc

@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// The CUDA implementation of `cuda::ipc_kernels` (cuda/ipc_api.hpp), installed when this header
+/// is included (detail/device_collective.hpp includes it under nvcc, so every `.cu` file that
+/// includes gsync's collectives brings it). One kernel per element type; the operator is a
+/// kernel argument (one branch per launch, taken alike by every thread). Each thread runs the
+/// element engine of cuda/ipc_reduce.hpp over 16-byte packs in a grid-stride loop, reading the
+/// peers' arenas through their mapped pointers; the grid fills every multiprocessor once.
+
+#if !defined(__CUDACC__)
+#error "gsync/cuda/ipc_kernels.cuh holds CUDA kernels: compile this file with nvcc (or clang in CUDA mode)"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "gsync/cuda/ipc_api.hpp"
+#include "gsync/cuda/ipc_reduce.hpp"
+#include "gsync/cuda/runtime.hpp"
+
+namespace gsync::cuda {
+
+namespace detail {
+
+/// dst = reduction of the sources, one worker of `ipc_reduce_share` per thread.
+template <class T>
+__global__ __attribute__((visibility("hidden"))) void ipc_reduce_kernel(ipc_sources src, T* dst, std::size_t n, split_plan s,
+                                                                        ipc_op op) {
+  const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  ipc_reduce_any<T>(src, dst, n, s, op, tid, stride);
+}
+
+/// Blocks for `work` units: enough to cover them, at most 4 per multiprocessor of 512 threads.
+inline unsigned ipc_grid_for(std::size_t work) {
+  const std::size_t want = (work + 511) / 512;
+  const std::size_t cap = static_cast<std::size_t>(std::max(1, multiprocessors())) * 4;
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min(want, cap)));
+}
+
+}  // namespace detail
+
+/// The IPC reduction kernels.
+class cuda_ipc_kernels final : public ipc_kernels {
+ public:
+  /// The process's instance.
+  static cuda_ipc_kernels& instance() noexcept {
+    static cuda_ipc_kernels k;
+    return k;
+  }
+  void reduce(const ipc_sources& src, void* dst, std::size_t count, dtype t, ipc_op op, cuda_stream s) override {
+    if (count == 0) return;
+    visit_dtype(t, [&](auto v) {
+      using T = decltype(v);
+      T* d = static_cast<T*>(dst);
+      const split_plan sp = ipc_split(src, d, count);
+      const std::size_t work = std::max<std::size_t>(sp.packs, count - sp.packs * pack_elems<T>);
+      detail::ipc_reduce_kernel<T><<<detail::ipc_grid_for(work), 512, 0, s>>>(src, d, count, sp, op);
+    });
+    check(cudaGetLastError(), "IPC reduce kernel launch");
+  }
+};
+
+namespace detail {
+/// Installs the CUDA IPC kernels once per program, unless some are installed already.
+inline const bool cuda_ipc_kernels_installed = [] {
+  ipc_kernels* none = nullptr;
+  ipc_kernels_slot().compare_exchange_strong(none, &cuda_ipc_kernels::instance());
+  return true;
+}();
+}  // namespace detail
+
+}  // namespace gsync::cuda

@@ -1,0 +1,129 @@
+#pragma once
+/// \file
+/// The launcher of collectives on device buffers over CUDA IPC (cuda/ipc_schedule.hpp): what the
+/// device overloads of allreduce, reduce_scatter, allgather, broadcast and reduce share when every
+/// rank of the communicator can map the others' GPU memory. The call queues the schedule on the
+/// user's stream and returns (NCCL's contract); a job on the communicator's progress engine
+/// watches it (cuda/ipc_group.hpp) and finishes the request once the stream has passed it, or
+/// fails it, and breaks the communicator, when a peer died, stalled or enqueued something else.
+///
+/// Whether a communicator's device collectives use CUDA IPC is decided once, collectively, at its
+/// first eligible device collective (detail/ipc_setup.hpp); otherwise they use host staging
+/// (detail/device_collective.hpp). Eligible: the automatic algorithm, a built-in element type and
+/// a built-in operator (user functors stay on staging, whose host schedule runs them).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "gsync/algo/select.hpp"
+#include "gsync/core/communicator.hpp"
+#include "gsync/core/dtype.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/request.hpp"
+#include "gsync/cuda/api.hpp"
+#include "gsync/cuda/ipc_api.hpp"
+#include "gsync/cuda/ipc_group.hpp"
+#include "gsync/cuda/ipc_schedule.hpp"
+
+namespace gsync::detail {
+
+/// A communicator's CUDA IPC state: its group, or why its device collectives use host staging.
+struct ipc_state {
+  std::unique_ptr<cuda::ipc::group> group;  ///< null: host staging
+  std::string refusal;                      ///< why not (for logs)
+};
+
+/// The IPC state of `comm`, set up collectively on first use (detail/ipc_setup.hpp). Null when
+/// set-up could not run (the communicator is broken; the caller's staging path then throws it).
+template <class X>
+std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm);
+
+/// True for element types the IPC kernels know.
+template <class T>
+concept ipc_element = requires { detail::dtype_map<std::remove_cv_t<T>>::value; };
+
+/// Whether a device collective with algorithm policy `Algo`, elements `T` and operator `Op` may
+/// run over CUDA IPC.
+template <class Algo, class T, class Op>
+inline constexpr bool ipc_eligible = [] {
+  if constexpr (!std::is_same_v<Algo, algo::automatic> || !ipc_element<T>) return false;
+  else return cuda::ipc_op_of<Op>().has_value();
+}();
+
+/// The watching job of one IPC operation (see the file comment).
+struct ipc_job {
+  std::shared_ptr<ipc_state> st;
+  cuda::event_handle done = nullptr;
+  cuda::ipc::step_range steps;
+  const char* kind;
+  std::chrono::milliseconds limit;
+
+  ipc_job(std::shared_ptr<ipc_state> s, cuda::event_handle e, cuda::ipc::step_range r, const char* k, std::chrono::milliseconds l)
+      : st(std::move(s)), done(e), steps(r), kind(k), limit(l) {}
+  ipc_job(ipc_job&& o) noexcept
+      : st(std::move(o.st)), done(std::exchange(o.done, nullptr)), steps(o.steps), kind(o.kind), limit(o.limit) {}
+  ipc_job& operator=(ipc_job&&) = delete;
+  ~ipc_job() {
+    if (done) st->group->api().destroy_event(done);
+  }
+  template <class X>
+  void operator()(communicator<X>&) {
+    st->group->watch(done, steps, kind, limit);
+  }
+  void skipped() noexcept {}
+};
+
+/// Queues an IPC operation on `s` (`enqueue(limit)` queues its steps and returns them) and its
+/// watching job; returns the job's request (empty when nothing was queued).
+template <class X, class F>
+request ipc_launch(communicator<X>& comm, std::shared_ptr<ipc_state> st, const char* kind, cuda_stream s, F&& enqueue) {
+  if (comm.broken()) comm.engine().throw_broken();
+  cuda::ipc::group& g = *st->group;
+  if (g.api().capturing(s))
+    throw error(errc::invalid_argument, std::string(kind) +
+                                            ": the stream is being captured into a CUDA graph; device collectives over CUDA IPC "
+                                            "are watched from the host and cannot be captured (run them outside the capture)");
+  const std::chrono::milliseconds limit = comm.issue_timeout();
+  cuda::ipc::step_range steps;
+  try {
+    steps = enqueue(limit);
+  } catch (const error& e) {
+    g.report(e.kind(), std::string(kind) + " over CUDA IPC: " + e.what());  // peers waiting for this rank stop waiting
+    throw;
+  }
+  if (steps.last < steps.first) return {};
+  cuda::event_handle done = g.api().create_event();
+  try {
+    g.api().record(done, s);
+  } catch (...) {
+    g.api().destroy_event(done);
+    throw;
+  }
+  return comm.issue(kind, ipc_job{std::move(st), done, steps, kind, limit});
+}
+
+/// The installed IPC kernels (installed when the group formed; a program that uninstalls them
+/// later gets errc::cuda here).
+inline cuda::ipc_kernels& ipc_kernels_in_use() {
+  if (auto* k = cuda::installed_ipc_kernels()) return *k;
+  throw error(errc::cuda, "device collective over CUDA IPC: the IPC kernels were uninstalled after the group formed");
+}
+
+/// "name(f32, 1024, sum)": a device operation's shape, for logs.
+template <class T>
+std::string device_shape(const char* kind, std::size_t count, std::string_view op) {
+  return std::string(kind) + "(" + std::string(name(dtype_of<T>)) + ", " + std::to_string(count) + (op.empty() ? "" : ", ") +
+         std::string(op) + ") on device";
+}
+
+/// Logs, at GSYNC_DEBUG=INFO and once per shape, that `shape` runs over CUDA IPC (`how`).
+template <class X>
+void ipc_log_shape(communicator<X>& comm, std::string shape, const std::string& how) {
+  if (!comm.log().enabled(log_level::info) || !comm.first_time(shape)) return;
+  comm.log().info(shape + " -> CUDA IPC " + how);
+}
+
+}  // namespace gsync::detail

@@ -1,0 +1,425 @@
+// Device collectives over CUDA IPC (cuda/ipc_*.hpp, detail/ipc_*.hpp) on the host stand-in of the
+// CUDA runtime (support/fake_cuda.hpp): the set-up decisions and the arithmetic of arenas, chunks
+// and slices; then whole collectives on in-process worlds (ranks of one process reach each other's
+// arenas by pointer), where the fake's streams run the stream memory operations and the IPC
+// reduction kernel's element engine asynchronously, as a GPU would. Results are checked against
+// the double-precision reference and bit for bit across ranks; the counters of the fake prove
+// which path ran (no bytes through host staging on the IPC path).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <gsync/gsync.hpp>
+
+#include "support/env.hpp"
+#include "support/fake_cuda.hpp"
+#include "support/reference.hpp"
+#include "support/world.hpp"
+
+using gsync_test::fake_cuda;
+using gsync_test::fake_cuda_scope;
+namespace ipc = gsync::cuda::ipc;
+
+TEST_CASE("CUDA IPC plan: arena size, chunks and two-shot slices cover every element once") {
+  ipc::arena_layout a;
+  a.slot_bytes = 8 << 20;
+  CHECK(a.bytes() == (16u << 20));
+  a.slot_bytes = (1 << 20) + 4;
+  CHECK(a.bytes() == (4u << 20));  // 2 slots rounded up to 2 MiB
+  CHECK(a.slot_offset(1) == a.slot_bytes);
+  CHECK(a.slot_offset(2) == 0);
+
+  CHECK(ipc::chunks(0, 10) == 0);
+  CHECK(ipc::chunks(10, 10) == 1);
+  CHECK(ipc::chunks(11, 10) == 2);
+  CHECK(ipc::chunk(25, 10, 2) == ipc::range{20, 5});
+  CHECK(ipc::chunk_elems(64 << 10, 4) == 16384);
+
+  for (std::size_t elem : {1u, 2u, 4u, 8u})
+    for (int n = 1; n <= 9; ++n)
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{255}, std::size_t{4097},
+                                std::size_t{1000003}}) {
+        CAPTURE(elem);
+        CAPTURE(n);
+        CAPTURE(count);
+        std::size_t next = 0;
+        for (int r = 0; r < n; ++r) {
+          const ipc::range s = ipc::slice(count, n, r, elem);
+          if (s.count) {
+            CHECK(s.first == next);                                   // consecutive, no gap or overlap
+            CHECK((s.first * elem) % ipc::slice_align_bytes == 0);    // aligned starts
+          }
+          next = s.first + s.count;
+        }
+        CHECK(next == count);
+      }
+}
+
+TEST_CASE("CUDA IPC plan: schedule choice, forced names and unknown names") {
+  CHECK(ipc::choose(256 << 20, 2, "") == ipc::schedule::one_shot);  // two ranks: one-shot always
+  CHECK(ipc::choose(1024, 4, "") == ipc::schedule::one_shot);
+  CHECK(ipc::choose(64 << 20, 4, "") == ipc::schedule::two_shot);
+  CHECK(ipc::choose(400 << 10, 8, "auto") == ipc::schedule::two_shot);
+  CHECK(ipc::choose(400 << 10, 4, "auto") == ipc::schedule::one_shot);
+  CHECK(ipc::choose(8, 4, "twoshot") == ipc::schedule::two_shot);
+  CHECK(ipc::choose(1 << 30, 8, "oneshot") == ipc::schedule::one_shot);
+  CHECK_THROWS_AS(ipc::choose(8, 4, "ring"), gsync::error);
+  gsync_test::scoped_env e("GSYNC_CUDA_IPC_ALGO", "fastest");
+  CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
+}
+
+TEST_CASE("CUDA IPC set-up decisions: which peers map each other's arenas, and why not") {
+  auto rec = [](int rank, int pid) {
+    ipc::peer_record r;
+    r.rank = rank;
+    r.pid = pid;
+    r.pid_ns = 4026531836u;
+    ipc::set_field(r.machine, "boot-1");
+    r.device.uuid.fill(7);
+    r.slot_bytes = 8 << 20;
+    r.ready = 1;
+    return r;
+  };
+  const auto a = rec(0, 100), b = rec(1, 200);
+  CHECK(ipc::decide(a, b).how == ipc::peer_access::ipc);
+  CHECK(ipc::decide(a, rec(1, 100)).how == ipc::peer_access::same_process);  // a process cannot open its own handles
+
+  auto other_ns = b;
+  other_ns.pid_ns = 1;
+  CHECK(ipc::decide(a, other_ns).how == ipc::peer_access::none);
+  CHECK(ipc::decide(a, other_ns).why.find("PID namespace") != std::string::npos);
+
+  auto other_machine = b;
+  ipc::set_field(other_machine.machine, "boot-2");
+  CHECK(ipc::decide(a, other_machine).why.find("another machine") != std::string::npos);
+
+  auto disabled = b;
+  disabled.enabled = 0;
+  CHECK(ipc::decide(a, disabled).why.find("GSYNC_CUDA_IPC_DISABLE=1 on rank 1") != std::string::npos);
+
+  auto broken = b;
+  broken.refuse("cudaMalloc failed: out of memory");
+  CHECK(ipc::decide(a, broken).why == "rank 1: cudaMalloc failed: out of memory");
+
+  auto exclusive = b;
+  exclusive.device.compute_mode = 3;
+  CHECK(ipc::decide(a, exclusive).why.find("exclusive-process") != std::string::npos);
+  exclusive.device.uuid.fill(8);  // another GPU in exclusive mode: fine
+  CHECK(ipc::decide(a, exclusive).how == ipc::peer_access::ipc);
+
+  auto old = b;
+  old.version = 0;
+  CHECK(ipc::decide(a, old).how == ipc::peer_access::none);
+
+  std::vector<ipc::peer_record> all{a, b, rec(2, 300)};
+  CHECK(ipc::group_refusal(all).empty());
+  all[2].slot_bytes = 1 << 20;
+  CHECK(ipc::group_slot_bytes(all) == (1u << 20));
+  all[2] = other_ns;
+  all[2].rank = 2;
+  CHECK(!ipc::group_refusal(all).empty());
+  std::vector<ipc::peer_record> many;
+  for (int r = 0; r <= gsync::cuda::max_ipc_ranks; ++r) many.push_back(rec(r, 100));
+  CHECK(ipc::group_refusal(many).find("at most") != std::string::npos);
+}
+
+TEST_CASE("CUDA IPC settings: GSYNC_CUDA_IPC_* are read in config and checked") {
+  {
+    gsync_test::scoped_env e("GSYNC_CUDA_IPC_DISABLE", "1");
+    CHECK(!gsync::config::from_env().cuda_ipc.enabled);
+  }
+  {
+    gsync_test::scoped_env e("GSYNC_CUDA_IPC_DISABLE", "yes");
+    CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
+  }
+  {
+    gsync_test::scoped_env e("GSYNC_CUDA_IPC_BUFFER", "1M");
+    CHECK(gsync::config::from_env().cuda_ipc.slot_bytes == (1u << 20));
+  }
+  {
+    gsync_test::scoped_env e("GSYNC_CUDA_IPC_BUFFER", "4K");
+    CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
+  }
+  CHECK(gsync::config::from_env().cuda_ipc.enabled);
+}
+
+namespace {
+
+/// Allreduce of `count` elements on `n` ranks over device buffers; checks every element against
+/// the reference and that every rank holds the same bits.
+template <class T, class Op>
+void ipc_allreduce_case(fake_cuda& api, int n, std::size_t count, bool out_of_place, gsync::config cfg) {
+  std::vector<std::vector<T>> results(static_cast<std::size_t>(n));
+  gsync_test::run_inproc(
+      n,
+      [&](auto& comm, auto& sync) {
+        const int r = comm.rank();
+        std::vector<T> dev(count), dev_out(count);
+        gsync::cuda_stream s = api.create_stream();
+        api.launch(s, [&] {
+          for (std::size_t i = 0; i < count; ++i) dev[i] = gsync_test::input<T, Op>(r, i);
+        });
+        for (int rep = 0; rep < 2; ++rep) {  // twice: the second call reuses the slots of the first
+          if (rep)
+            api.launch(s, [&] {
+              for (std::size_t i = 0; i < count; ++i) dev[i] = gsync_test::input<T, Op>(r, i);
+            });
+          if (out_of_place)
+            gsync::allreduce(comm, gsync::device_span<const T>{dev.data(), count}, gsync::device_span<T>{dev_out.data(), count}, Op{},
+                             s);
+          else
+            gsync::allreduce(comm, gsync::device_span<T>{dev.data(), count}, Op{}, s);
+        }
+        api.synchronize(s);
+        api.destroy_stream(s);
+        const std::vector<T>& seen = out_of_place ? dev_out : dev;
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < count; ++i) off += !gsync_test::check_element<T, Op>(seen[i], n, i);
+        CHECK(off == 0);
+        results[static_cast<std::size_t>(r)] = seen;
+        sync.bar.arrive_and_wait();
+      },
+      cfg);
+  for (int r = 1; r < n; ++r)
+    CHECK(std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(), count * sizeof(T)) == 0);
+}
+
+/// A user operator (not one the IPC kernels know).
+struct absmax {
+  static constexpr std::string_view name = "absmax";
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return (a < 0 ? -a : a) < (b < 0 ? -b : b) ? b : a; }
+};
+
+gsync::config ipc_config(std::size_t slot_bytes, const char* algo) {
+  gsync::config c;
+  c.cuda_ipc.slot_bytes = slot_bytes;
+  c.cuda_ipc.algo = algo;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("device allreduce over CUDA IPC: every dtype x op, one-shot and two-shot, world sizes 1-4") {
+  fake_cuda_scope fk(true);
+  const bool small = std::getenv("GSYNC_TEST_MEDIUM") != nullptr;  // under the sanitizers: fewer shapes
+  for (const char* algo : {"oneshot", "twoshot"})
+    for (int n : {1, 2, 3, 4})
+      for (std::size_t count : {std::size_t{1}, std::size_t{67}, std::size_t{1021}}) {
+        if (small && (count == 67 || n == 3)) continue;
+        gsync_test::for_each_dtype([&]<class T>() {
+          gsync_test::for_each_op([&]<class Op>() {
+            CAPTURE(algo);
+            CAPTURE(n);
+            CAPTURE(count);
+            CAPTURE(gsync::name(gsync::dtype_of<T>));
+            CAPTURE(gsync::detail::op_name<Op>());
+            ipc_allreduce_case<T, Op>(fk.api, n, count, count % 2 == 1, ipc_config(64 << 10, algo));
+          });
+        });
+      }
+  CHECK(fk.ipc.calls.load() > 0);
+  CHECK(fk.api.d2h_bytes.load() == 0);  // nothing went through host staging
+  CHECK(fk.api.exportable_now.load() == 0);
+  CHECK(fk.api.registered_now.load() == 0);
+}
+
+TEST_CASE("device allreduce over CUDA IPC: messages of many chunks, world sizes 1-8, automatic schedule") {
+  fake_cuda_scope fk(true);
+  for (int n = 1; n <= 8; ++n)
+    for (std::size_t count : {std::size_t{16384}, std::size_t{16385}, std::size_t{100003}}) {  // slots of 16K floats
+      CAPTURE(n);
+      CAPTURE(count);
+      ipc_allreduce_case<float, gsync::op::sum>(fk.api, n, count, false, ipc_config(64 << 10, ""));
+      ipc_allreduce_case<float, gsync::op::avg>(fk.api, n, count, true, ipc_config(64 << 10, "twoshot"));
+      ipc_allreduce_case<gsync::bfloat16, gsync::op::sum>(fk.api, n, count, false, ipc_config(64 << 10, "twoshot"));
+    }
+  CHECK(fk.api.d2h_bytes.load() == 0);
+}
+
+TEST_CASE("device reduce and broadcast over CUDA IPC: a slow reader holds back the ranks that would overwrite its slots") {
+  // The reading rank (reduce: the root; broadcast: a non-root) is slow; the others do not wait for
+  // its arrival at each step, so only the wait for its `done` before a slot is reused keeps them
+  // from copying chunk k+2 over the chunk k it is still reading.
+  fake_cuda_scope fk(true);
+  const std::size_t count = 16384 * 6 + 5;  // 7 chunks of the 64K slots
+  for (int root : {0, 2}) {
+    CAPTURE(root);
+    gsync_test::run_inproc(
+        3,
+        [&](auto& comm, auto&) {
+          const int r = comm.rank();
+          std::vector<float> in(count), out(count, -1.0f), data(count);
+          for (std::size_t i = 0; i < count; ++i) in[i] = gsync_test::input<float, gsync::op::sum>(r, i);
+          for (std::size_t i = 0; i < count; ++i) data[i] = r == root ? static_cast<float>(i % 1000) : -1.0f;
+          gsync::cuda_stream s = fk.api.create_stream();
+          gsync_test::slow_stream_us = r == root ? 20000 : 0;
+          gsync::reduce(comm, gsync::device_span<const float>{in.data(), count}, gsync::device_span<float>{out.data(), count},
+                        gsync::op::sum{}, root, s);
+          gsync_test::slow_stream_us = r == (root + 1) % 3 ? 20000 : 0;
+          gsync::broadcast(comm, gsync::device_span<float>{data.data(), count}, root, s);
+          fk.api.synchronize(s);
+          fk.api.destroy_stream(s);
+          gsync_test::slow_stream_us = 0;
+          std::size_t off = 0, boff = 0;
+          if (r == root)
+            for (std::size_t i = 0; i < count; ++i) off += !gsync_test::check_element<float, gsync::op::sum>(out[i], 3, i);
+          for (std::size_t i = 0; i < count; ++i) boff += data[i] != static_cast<float>(i % 1000);
+          CHECK(off == 0);
+          CHECK(boff == 0);
+        },
+        ipc_config(64 << 10, ""));
+  }
+  CHECK(fk.api.d2h_bytes.load() == 0);
+}
+
+TEST_CASE("device collectives over CUDA IPC: reduce-scatter, allgather, broadcast, reduce and alltoall, world sizes 1-5") {
+  fake_cuda_scope fk(true);
+  for (int n = 1; n <= 5; ++n)
+    for (std::size_t count : {std::size_t{1}, std::size_t{333}, std::size_t{40001}}) {  // up to 3 chunks of the 64K slots
+      CAPTURE(n);
+      CAPTURE(count);
+      const std::size_t N = static_cast<std::size_t>(n);
+      gsync_test::run_inproc(
+          n,
+          [&](auto& comm, auto&) {
+            const int r = comm.rank();
+            const int root = n - 1;
+            std::vector<std::int64_t> blocks(N * count), mine(count), gathered(N * count), data(count), in(count), red(count, -7);
+            for (std::size_t i = 0; i < N * count; ++i) blocks[i] = gsync_test::input<std::int64_t, gsync::op::max>(r, i);
+            for (std::size_t i = 0; i < count; ++i) {
+              in[i] = gsync_test::input<std::int64_t, gsync::op::sum>(r, i);
+              data[i] = r == root ? static_cast<std::int64_t>(i * 3 + 1) : 0;
+            }
+            gsync::cuda_stream s = fk.api.create_stream();
+            gsync::reduce_scatter(comm, gsync::device_span<const std::int64_t>{blocks.data(), N * count},
+                                  gsync::device_span<std::int64_t>{mine.data(), count}, gsync::op::max{}, s);
+            gsync::allgather(comm, gsync::device_span<const std::int64_t>{mine.data(), count},
+                             gsync::device_span<std::int64_t>{gathered.data(), N * count}, s);
+            gsync::broadcast(comm, gsync::device_span<std::int64_t>{data.data(), count}, root, s);
+            gsync::reduce(comm, gsync::device_span<const std::int64_t>{in.data(), count}, gsync::device_span<std::int64_t>{red.data(), count},
+                          gsync::op::sum{}, 0, s);
+            std::vector<std::int64_t> sent(N * count), got(N * count);
+            for (std::size_t p = 0; p < N; ++p)
+              for (std::size_t i = 0; i < count; ++i) sent[p * count + i] = static_cast<std::int64_t>(r * 1000003 + p * 7919 + i);
+            gsync::alltoall(comm, gsync::device_span<const std::int64_t>{sent.data(), N * count},
+                            gsync::device_span<std::int64_t>{got.data(), N * count}, s);
+            fk.api.synchronize(s);
+            fk.api.destroy_stream(s);
+            std::size_t off = 0;
+            for (std::size_t i = 0; i < count; ++i)
+              off += !gsync_test::check_element<std::int64_t, gsync::op::max>(mine[i], n, static_cast<std::size_t>(r) * count + i);
+            for (std::size_t i = 0; i < N * count; ++i) off += !gsync_test::check_element<std::int64_t, gsync::op::max>(gathered[i], n, i);
+            for (std::size_t i = 0; i < count; ++i) off += data[i] != static_cast<std::int64_t>(i * 3 + 1);
+            for (std::size_t i = 0; i < count; ++i)
+              off += r == 0 ? !gsync_test::check_element<std::int64_t, gsync::op::sum>(red[i], n, i) : red[i] != -7;  // only the root's out
+            for (std::size_t p = 0; p < N; ++p)
+              for (std::size_t i = 0; i < count; ++i)
+                off += got[p * count + i] != static_cast<std::int64_t>(static_cast<std::size_t>(p) * 1000003 + static_cast<std::size_t>(r) * 7919 + i);
+            CHECK(off == 0);
+          },
+          ipc_config(64 << 10, ""));
+    }
+  CHECK(fk.api.d2h_bytes.load() == 0);
+}
+
+TEST_CASE("device collectives over CUDA IPC: host staging where the IPC path does not apply, with right results") {
+  SUBCASE("GSYNC_CUDA_IPC_DISABLE") {
+    fake_cuda_scope fk(true);
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.cuda_ipc.enabled = false;
+    ipc_allreduce_case<float, gsync::op::sum>(fk.api, 3, 1000, false, cfg);
+    CHECK(fk.ipc.calls.load() == 0);
+    CHECK(fk.api.d2h_bytes.load() > 0);
+    CHECK(fk.api.exportable_now.load() == 0);
+  }
+  SUBCASE("no IPC kernels installed") {
+    fake_cuda_scope fk(false);
+    ipc_allreduce_case<float, gsync::op::sum>(fk.api, 3, 1000, false, ipc_config(64 << 10, ""));
+    CHECK(fk.api.d2h_bytes.load() > 0);
+    CHECK(fk.api.exportable_now.load() == 0);
+  }
+  SUBCASE("a user operator and a forced host algorithm") {
+    fake_cuda_scope fk(true);
+    gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+      std::vector<float> v(100, comm.rank() == 0 ? -5.0f : 3.0f), w(100, 1.0f);
+      gsync::cuda_stream s = fk.api.create_stream();
+      gsync::allreduce(comm, gsync::device_span<float>{v.data(), v.size()}, absmax{}, s);
+      gsync::allreduce<gsync::algo::ring>(comm, gsync::device_span<float>{w.data(), w.size()}, gsync::op::sum{}, s);
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      CHECK(v[7] == -5.0f);
+      CHECK(w[7] == 2.0f);
+    });
+    CHECK(fk.ipc.calls.load() == 0);
+    CHECK(fk.api.d2h_bytes.load() > 0);
+  }
+}
+
+TEST_CASE("device collectives over CUDA IPC: a mismatched call is reported as a mismatch on every rank") {
+  fake_cuda_scope fk(true);
+  gsync_test::run_inproc(
+      2,
+      [&](auto& comm, auto&) {
+        std::vector<float> v(300, 1.0f);
+        gsync::cuda_stream s = fk.api.create_stream();
+        const std::size_t count = comm.rank() == 0 ? 100 : 200;  // a bug in the caller
+        auto req = gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), count}, gsync::op::sum{}, s);
+        try {
+          req.wait();
+          CHECK_MESSAGE(false, "no error");
+        } catch (const gsync::error& e) {
+          CHECK(e.kind() == gsync::errc::mismatch);
+          CHECK(std::string(e.what()).find("different operation") != std::string::npos);
+        }
+        CHECK_THROWS_AS(gsync::allreduce(comm, gsync::device_span<float>{v.data(), 10}, gsync::op::sum{}, s), gsync::error);  // broken
+        fk.api.synchronize(s);
+        fk.api.destroy_stream(s);
+      },
+      ipc_config(64 << 10, ""));
+}
+
+TEST_CASE("device collectives over CUDA IPC: a rank that never comes is a timeout naming it, reported to the others") {
+  fake_cuda_scope fk(true);
+  gsync::config cfg = ipc_config(64 << 10, "");
+  cfg.timeout = std::chrono::milliseconds(1000);
+  gsync_test::run_inproc(
+      3,
+      [&](auto& comm, auto& sync) {
+        std::vector<float> v(1000, 1.0f);
+        gsync::cuda_stream s = fk.api.create_stream();
+        gsync::allreduce(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);  // the group forms
+        fk.api.synchronize(s);
+        if (comm.rank() != 2) {  // rank 2 skips the second allreduce
+          auto req = gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+          try {
+            req.wait();
+            CHECK_MESSAGE(false, "no error");
+          } catch (const gsync::error& e) {
+            CHECK(e.kind() == gsync::errc::timeout);
+            CHECK_MESSAGE(std::string(e.what()).find("rank 2 arrived 1") != std::string::npos, std::string(e.what()));
+          }
+        }
+        sync.bar.arrive_and_wait();
+        if (comm.rank() == 2) {  // its next call learns what happened
+          auto req = gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+          try {
+            req.wait();
+            CHECK_MESSAGE(false, "no error");
+          } catch (const gsync::error& e) {
+            CHECK(e.kind() == gsync::errc::timeout);
+            CHECK(std::string(e.what()).find("reported") != std::string::npos);
+          }
+        }
+        fk.api.synchronize(s);
+        fk.api.destroy_stream(s);
+      },
+      cfg);
+  CHECK(fk.api.exportable_now.load() == 0);  // every arena freed
+}
