@@ -85,7 +85,11 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   };
   struct event_impl {
     std::atomic<std::uint64_t> recorded{0}, completed{0};
+    std::atomic<int> refs{1};  // the owner and each queued record
   };
+  static void unref(event_impl* ev) noexcept {
+    if (ev->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete ev;
+  }
 
   fake_cuda() = default;
   ~fake_cuda() override {
@@ -126,14 +130,18 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     delete reinterpret_cast<stream_impl*>(s);
   }
   gsync::cuda::event_handle create_event() override { return new event_impl; }
-  void destroy_event(gsync::cuda::event_handle e) noexcept override { delete static_cast<event_impl*>(e); }
+  // As in CUDA, an event may be destroyed while a record of it is still queued: the last of the
+  // owner and the queued records frees it.
+  void destroy_event(gsync::cuda::event_handle e) noexcept override { unref(static_cast<event_impl*>(e)); }
   void record(gsync::cuda::event_handle e, gsync::cuda_stream s) override {
     auto* ev = static_cast<event_impl*>(e);
     const std::uint64_t gen = ++ev->recorded;
+    ++ev->refs;
     impl(s).push([ev, gen] {
       std::uint64_t c = ev->completed.load();
       while (c < gen && !ev->completed.compare_exchange_weak(c, gen)) {
       }
+      unref(ev);
     });
   }
   bool query(gsync::cuda::event_handle e) override {

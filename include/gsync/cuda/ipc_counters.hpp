@@ -20,10 +20,14 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "gsync/core/error.hpp"
+#include "gsync/cuda/api.hpp"
 #include "gsync/detail/random.hpp"
 
 namespace gsync::cuda::ipc {
@@ -142,6 +146,63 @@ class page_mapping {
   void* base_ = nullptr;
   std::string name_;
   bool linked_ = false;
+};
+
+/// A control page as the ranks of one process share it: one mapping per page and process (so ranks
+/// of one process address a page alike, and it stays mapped while any of them uses it), registered
+/// with CUDA once, unregistered and unmapped when the last user lets go.
+class shared_page {
+ public:
+  /// This process's mapping of this rank's new page.
+  static std::shared_ptr<shared_page> create() { return remember(page_mapping::create()); }
+  /// This process's mapping of page `name` (mapped now unless a rank of this process holds it).
+  static std::shared_ptr<shared_page> open(const std::string& name) {
+    {
+      std::lock_guard lk(registry_mutex());
+      if (auto it = registry().find(name); it != registry().end())
+        if (auto p = it->second.lock()) return p;
+    }
+    return remember(page_mapping::open(name));
+  }
+  shared_page(const shared_page&) = delete;
+  shared_page& operator=(const shared_page&) = delete;
+  ~shared_page() {
+    if (api_) api_->unregister_host(m_.base());
+    std::lock_guard lk(registry_mutex());
+    if (auto it = registry().find(m_.name()); it != registry().end() && it->second.expired()) registry().erase(it);
+  }
+
+  control_page& page() const noexcept { return m_.page(); }  ///< the page
+  void* base() const noexcept { return m_.base(); }          ///< its address in this process
+  const std::string& name() const noexcept { return m_.name(); }  ///< its name
+  void unlink() noexcept { m_.unlink(); }                   ///< removes its name (see page_mapping)
+  /// Registers the page with `api` (once per process; later calls do nothing).
+  void register_with(runtime_api& api) {
+    std::lock_guard lk(m_mutex_);
+    if (api_) return;
+    api.register_host(m_.base(), page_bytes);
+    api_ = &api;
+  }
+
+ private:
+  explicit shared_page(page_mapping m) : m_(std::move(m)) {}
+  static std::shared_ptr<shared_page> remember(page_mapping m) {
+    std::shared_ptr<shared_page> p(new shared_page(std::move(m)));
+    std::lock_guard lk(registry_mutex());
+    registry()[p->name()] = p;
+    return p;
+  }
+  static std::map<std::string, std::weak_ptr<shared_page>>& registry() {
+    static std::map<std::string, std::weak_ptr<shared_page>> r;
+    return r;
+  }
+  static std::mutex& registry_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  page_mapping m_;
+  std::mutex m_mutex_;
+  runtime_api* api_ = nullptr;
 };
 
 }  // namespace gsync::cuda::ipc

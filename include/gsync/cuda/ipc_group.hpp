@@ -72,8 +72,8 @@ class group {
     }
     try {
       rec_.device = api_.identity();
-      own_page_ = page_mapping::create();
-      set_field(rec_.page, own_page_.name());
+      own_page_ = shared_page::create();
+      set_field(rec_.page, own_page_->name());
       arena_ = static_cast<std::byte*>(api_.alloc_exportable(layout_.bytes()));
       rec_.handle = api_.ipc_export(arena_);
       rec_.address = reinterpret_cast<std::uint64_t>(arena_);
@@ -100,13 +100,13 @@ class group {
         auto& pr = peers_[static_cast<std::size_t>(p)];
         const auto& r = all[static_cast<std::size_t>(p)];
         pr.pid = r.pid;
+        pr.page_ref = p == rank_ ? own_page_ : shared_page::open(field(r.page));
+        pr.page_ref->register_with(api_);
+        pr.page = pr.page_ref->base();
         if (p == rank_) {
-          pr.page = own_page_.base();
           pr.arena = arena_;
           pr.access = peer_access::same_process;
         } else {
-          pr.mapping = page_mapping::open(field(r.page));
-          pr.page = pr.mapping.base();
           const auto d = decide(rec_, r);
           pr.access = d.how;
           if (d.how == peer_access::ipc) {
@@ -118,8 +118,6 @@ class group {
             pr.arena = reinterpret_cast<std::byte*>(r.address);  // same process: a process cannot open its own handles
           }
         }
-        api_.register_host(pr.page, page_bytes);
-        pr.registered = true;
       }
     } catch (const std::exception& e) {
       disconnect();
@@ -142,7 +140,6 @@ class group {
     local_done_ = nullptr;
     for (auto& pr : peers_) {
       if (pr.opened) api_.ipc_close(pr.arena);
-      if (pr.registered) api_.unregister_host(pr.page);
       pr = peer{};
     }
     peers_.clear();
@@ -150,7 +147,7 @@ class group {
   }
 
   /// Step 4 of set-up: every peer mapped this rank's page; its name can go.
-  void finish() noexcept { own_page_.unlink(); }
+  void finish() noexcept { own_page_->unlink(); }
 
   // --- what the schedules (cuda/ipc_schedule.hpp) use ---
   runtime_api& api() const noexcept { return api_; }                  ///< the runtime
@@ -251,8 +248,8 @@ class group {
     std::int32_t pid = 0;
     std::byte* arena = nullptr;
     void* page = nullptr;
-    page_mapping mapping;  // a peer's page (this rank's own lives in own_page_)
-    bool opened = false, registered = false;
+    std::shared_ptr<shared_page> page_ref;  // this process's mapping of its page
+    bool opened = false;
   };
 
   /// True once this rank's stream finished the operation that ends at `step`.
@@ -403,7 +400,7 @@ class group {
   logger log_;
   arena_layout layout_;
   peer_record rec_;
-  page_mapping own_page_;
+  std::shared_ptr<shared_page> own_page_;
   std::byte* arena_ = nullptr;
   std::vector<peer> peers_;
   bool connected_ = false;
