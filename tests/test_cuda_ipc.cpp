@@ -423,3 +423,43 @@ TEST_CASE("device collectives over CUDA IPC: a rank that never comes is a timeou
       cfg);
   CHECK(fk.api.exportable_now.load() == 0);  // every arena freed
 }
+
+TEST_CASE("device collectives over CUDA IPC: abort() fails the running operation at once, and the peers learn it") {
+  fake_cuda_scope fk(true);
+  gsync::config cfg = ipc_config(64 << 10, "");
+  cfg.timeout = std::chrono::seconds(20);  // far longer than the test: the abort, not a timeout, ends it
+  gsync_test::run_inproc(
+      2,
+      [&](auto& comm, auto& sync) {
+        std::vector<float> v(1000, 1.0f);
+        gsync::cuda_stream s = fk.api.create_stream();
+        gsync::allreduce(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);  // the group forms
+        fk.api.synchronize(s);
+        const auto t0 = std::chrono::steady_clock::now();
+        if (comm.rank() == 0) {  // rank 1 never joins this one; rank 0 gives up
+          auto req = gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+          comm.abort("test gives up");
+          try {
+            req.wait();
+            CHECK_MESSAGE(false, "no error");
+          } catch (const gsync::error& e) {
+            CHECK(e.kind() == gsync::errc::aborted);
+          }
+        }
+        sync.bar.arrive_and_wait();
+        if (comm.rank() == 1) {
+          auto req = gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+          try {
+            req.wait();
+            CHECK_MESSAGE(false, "no error");
+          } catch (const gsync::error& e) {
+            CHECK(e.kind() == gsync::errc::aborted);
+            CHECK_MESSAGE(std::string(e.what()).find("rank 0 reported") != std::string::npos, std::string(e.what()));
+          }
+        }
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+        fk.api.synchronize(s);
+        fk.api.destroy_stream(s);
+      },
+      cfg);
+}

@@ -182,9 +182,11 @@ class group {
 
   /// Waits until the work of `steps`, ended by event `done` on this rank's stream, has run; checks
   /// meanwhile that every peer enqueued the same operations, that none reported a failure or died,
-  /// and that the steps move within `limit`. On a failure: reports it to every rank, releases every
+  /// that the steps move within `limit`, and that this rank was not aborted. On a failure: reports it to every rank, releases every
   /// stream (peers' counters written forward) and throws it (`what` names the operation).
-  void watch(event_handle done, step_range steps, const char* what, std::chrono::milliseconds limit) {
+  /// `aborted` says, when asked, whether the application aborted the communicator (its reason then).
+  void watch(event_handle done, step_range steps, const char* what, std::chrono::milliseconds limit,
+             const std::function<std::optional<std::string>()>& aborted) {
     using clock = std::chrono::steady_clock;
     auto last_move = clock::now();
     auto next_pid_check = last_move;
@@ -198,6 +200,7 @@ class group {
         fail(e.kind(), std::string(what) + " over CUDA IPC: " + e.what(), what);
       }
       check_abort(what);
+      if (auto reason = aborted()) fail(errc::aborted, *reason, what);
       verified = check_signatures(verified, steps.last, what);
       if (complete && verified > steps.last) return;
       if (complete && verified <= steps.last) {  // peers' entries were overwritten: too far ahead to compare

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -70,8 +71,11 @@ struct ipc_job {
     if (done) st->group->api().destroy_event(done);
   }
   template <class X>
-  void operator()(communicator<X>&) {
-    st->group->watch(done, steps, kind, limit);
+  void operator()(communicator<X>& comm) {
+    st->group->watch(done, steps, kind, limit, [&comm]() -> std::optional<std::string> {
+      if (!comm.aborted()) return std::nullopt;
+      return "rank " + std::to_string(comm.rank()) + ": communicator aborted";
+    });
   }
   void skipped() noexcept {}
 };
