@@ -231,7 +231,8 @@ class group {
   /// reported already, and releases this rank's stream (see `watch`).
   void report(errc code, const std::string& msg) noexcept {
     if (!connected_) return;
-    if (reported_.exchange(true)) return release();  // this rank's report is written once (peers may be reading it)
+    const bool grace = code != errc::timeout && code != errc::peer_lost;
+    if (reported_.exchange(true)) return release(grace);  // this rank's report is written once (peers may be reading it)
     auto& mine = page(rank_);
     set_field(mine.why, msg);
     const std::uint64_t v = (static_cast<std::uint64_t>(code) << 32) | static_cast<std::uint64_t>(rank_ + 1);
@@ -239,7 +240,7 @@ class group {
       std::uint64_t zero = 0;
       word(page(p).abort_by).compare_exchange_strong(zero, v, std::memory_order_acq_rel);
     }
-    release();
+    release(grace);
   }
 
   /// True once this rank or a peer reported a failure.
@@ -320,7 +321,7 @@ class group {
     const auto code = static_cast<errc>(a >> 32);
     std::string why = by == rank_ ? std::string(page(rank_).why, strnlen(page(rank_).why, sizeof page(rank_).why))
                                   : std::string(page(by).why, strnlen(page(by).why, sizeof page(by).why));
-    release();
+    release(code != errc::timeout && code != errc::peer_lost);
     throw error(code, by == rank_ ? why : std::string(what) + " over CUDA IPC: rank " + std::to_string(by) + " reported: " + why);
   }
 
@@ -330,20 +331,28 @@ class group {
     throw error(code, msg);
   }
 
-  /// Writes every peer's counters forward until this rank's own stream has passed its last step
-  /// (a live but slow peer may still write smaller values), bounded.
-  void release() noexcept {
+  /// Lets this rank's stream finish: if it has not passed its last step after a grace period (a
+  /// peer that mismatched or is merely slow may still be writing what it waits for; forcing it on
+  /// at once would read that mid-write), writes every peer's counters forward until it has (a
+  /// live but slow peer may still write smaller values), bounded.
+  /// \param grace wait first (a mismatch or an abort: peers may be mid-write); not for a stall or
+  /// a dead peer, where nothing will come.
+  void release(bool grace) noexcept {
     if (released_.exchange(true)) return;
     const std::uint64_t last = enqueued_.load(std::memory_order_acquire);
     const std::uint64_t forward = last + (std::uint64_t{1} << 40);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::chrono::seconds(10);
     for (;;) {
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        auto& pg = page(p);
-        for (std::uint64_t* w : {&pg.arrive, &pg.reduced, &pg.done}) word(*w).store(forward, std::memory_order_release);
-      }
-      if (stream_passed(last) || std::chrono::steady_clock::now() > until) return;
+      if (stream_passed(last)) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now > until) return;
+      if (!grace || now - start >= std::chrono::milliseconds(200))
+        for (int p = 0; p < size_; ++p) {
+          if (p == rank_) continue;
+          auto& pg = page(p);
+          for (std::uint64_t* w : {&pg.arrive, &pg.reduced, &pg.done}) word(*w).store(forward, std::memory_order_release);
+        }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

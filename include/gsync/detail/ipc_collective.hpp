@@ -77,7 +77,12 @@ struct ipc_job {
       return "rank " + std::to_string(comm.rank()) + ": communicator aborted";
     });
   }
-  void skipped() noexcept {}
+  /// The communicator broke (or was aborted) before this job ran: the peers are told, so that
+  /// they fail too instead of completing against this rank's unwatched work.
+  void skipped() noexcept {
+    st->group->report(errc::aborted, std::string(kind) + " over CUDA IPC: rank " + std::to_string(st->group->rank()) +
+                                         ": its communicator failed or was aborted before the operation ran");
+  }
 };
 
 /// Queues an IPC operation on `s` (`enqueue(limit)` queues its steps and returns them) and its
