@@ -26,6 +26,8 @@
 #include <cstring>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
