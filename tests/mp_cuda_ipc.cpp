@@ -10,12 +10,16 @@
 // Exit 0 on success, 1 on a wrong result.
 // --no-open-rank R: rank R cannot open handles (as in another PID namespace): every rank must fall
 // back to host staging and still get right results.
+// --hosts H: the ranks claim H hosts (GSYNC_HOST_ID semantics, consecutive blocks): each host's
+// ranks open each other's arenas, allreduce is hierarchical (host staging across hosts), the other
+// collectives are staged.
 // --die-rank R --die-after-ms M: rank R exits abruptly (_exit(3)) M ms into a loop of device
 // allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 otherwise
 // (tests/mp_rank_exit.sh asserts how and how fast).
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -89,20 +93,24 @@ int check_others(gsync::tcp_communicator& comm, std::size_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int die_rank = -1, die_after_ms = 0, no_open_rank = -1;
+  int die_rank = -1, die_after_ms = 0, no_open_rank = -1, hosts = 1;
   for (int i = 1; i < argc; ++i) {
     if (i + 1 < argc && !std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--no-open-rank")) no_open_rank = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--hosts")) hosts = std::atoi(argv[++i]);
   }
   gsync_test::fake_cuda_scope scope(true);
   fk = &scope;
   int rank = -1;
   try {
-    auto comm = gsync::tcp_communicator::from_env();
+    auto li = gsync::bootstrap::launch_info::from_env();
+    const int per_host = std::max(1, li.size / std::max(1, hosts));
+    if (hosts > 1) li.host_id = "mp-host-" + std::to_string(li.rank / per_host);
+    auto comm = gsync::tcp_communicator::join(li, gsync::config::from_env());
     rank = comm.rank();
     if (rank == no_open_rank) scope.api.fail_ipc_open = true;
-    const bool local_peers = comm.size() > 1;
+    const bool local_peers = per_host > 1;
     if (die_rank >= 0) {
       std::vector<float> v(std::size_t{1} << 20, 1.0f);
       gsync::cuda_stream s = scope.api.create_stream();
@@ -129,10 +137,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rank %d: expected host staging after a failed open, but nothing was staged\n", rank);
         ++wrong;
       }
-    } else if (local_peers && (opens != comm.size() - 1 || staged != 0)) {
-      std::fprintf(stderr, "rank %d: expected %d handle opens and no staging, got %ld opens and %ld staged bytes\n", rank,
-                   comm.size() - 1, opens, staged);
+    } else if (local_peers && (opens != per_host - 1 || (hosts > 1) != (staged != 0))) {
+      std::fprintf(stderr, "rank %d: expected %d handle opens and %s staging, got %ld opens and %ld staged bytes\n", rank,
+                   per_host - 1, hosts > 1 ? "some (across hosts)" : "no", opens, staged);
       ++wrong;
+    }
+    if (hosts > 1) {
+      auto st = std::static_pointer_cast<gsync::detail::ipc_state>(comm.ipc_state_slot());
+      if (!st || !st->across_hosts) {
+        std::fprintf(stderr, "rank %d: expected the hierarchical device allreduce (%s)\n", rank, st ? st->refusal.c_str() : "no set-up");
+        ++wrong;
+      }
     }
     std::printf("rank %d/%d: %s (%ld handles opened, %ld bytes staged)\n", comm.rank(), comm.size(),
                 wrong ? "FAILED" : "all results correct", opens, staged);

@@ -108,7 +108,7 @@ namespace detail {
 template <class Algo, class X, class T>
 request allgather_device(communicator<X>& comm, const T* in, T* out, std::size_t c, cuda_stream s) {
   if constexpr (ipc_eligible<Algo, T, op::sum>) {
-    if (auto st = ipc_state_of(comm); st && st->group) {
+    if (auto st = ipc_state_of(comm); st && st->flat()) {
       cuda::ipc::group* g = st->group.get();
       ipc_log_shape(comm, device_shape<T>("allgather", c, ""), "");
       return ipc_launch(comm, std::move(st), "allgather", s, [&](std::chrono::milliseconds limit) {

@@ -39,6 +39,7 @@
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
 #include "gsync/detail/ipc_collective.hpp"
+#include "gsync/detail/ipc_hierarchical.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -110,6 +111,7 @@ template <class Algo, class X, class T, class Op>
 request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s) {
   if constexpr (ipc_eligible<Algo, T, Op>) {
     if (auto st = ipc_state_of(comm); st && st->group) {
+      if (st->across_hosts) return hierarchical_allreduce_device(comm, std::move(st), in, out, count, op, s);
       cuda::ipc::group* g = st->group.get();
       const auto sch = cuda::ipc::choose(count * sizeof(T), comm.size(), comm.settings().cuda_ipc.algo);
       ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()), std::string(cuda::ipc::name(sch)));

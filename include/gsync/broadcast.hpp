@@ -95,7 +95,7 @@ namespace detail {
 template <class Algo, class X, class T>
 request broadcast_device(communicator<X>& comm, T* data, std::size_t count, int root, cuda_stream s) {
   if constexpr (ipc_eligible<Algo, T, op::sum>) {
-    if (auto st = ipc_state_of(comm); st && st->group) {
+    if (auto st = ipc_state_of(comm); st && st->flat()) {
       cuda::ipc::group* g = st->group.get();
       ipc_log_shape(comm, device_shape<T>("broadcast", count, ""), "");
       return ipc_launch(comm, std::move(st), "broadcast", s, [&](std::chrono::milliseconds limit) {

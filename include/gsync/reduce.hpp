@@ -114,7 +114,7 @@ namespace detail {
 template <class Algo, class X, class T, class Op>
 request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, int root, cuda_stream s) {
   if constexpr (ipc_eligible<Algo, T, Op>) {
-    if (auto st = ipc_state_of(comm); st && st->group) {
+    if (auto st = ipc_state_of(comm); st && st->flat()) {
       cuda::ipc::group* g = st->group.get();
       ipc_log_shape(comm, device_shape<T>("reduce", count, op_name<Op>()), "");
       return ipc_launch(comm, std::move(st), "reduce", s, [&](std::chrono::milliseconds limit) {

@@ -123,14 +123,14 @@ class group {
       }
     } catch (const std::exception& e) {
       disconnect();
-      return std::string("rank ") + std::to_string(rank_) + ": " + e.what();
+      return who(rank_) + ": " + e.what();
     }
     try {
       local_done_ = static_cast<std::uint64_t*>(api_.alloc_pinned(sizeof(std::uint64_t)));
       *local_done_ = 0;
     } catch (const std::exception& e) {
       disconnect();
-      return std::string("rank ") + std::to_string(rank_) + ": " + e.what();
+      return who(rank_) + ": " + e.what();
     }
     connected_ = true;
     return {};
@@ -153,6 +153,13 @@ class group {
 
   // --- what the schedules (cuda/ipc_schedule.hpp) use ---
   runtime_api& api() const noexcept { return api_; }                  ///< the runtime
+  /// Names the members by their communicator ranks in messages (`ranks[i]`: group rank i), where
+  /// the group is part of its communicator (the ranks of one host).
+  void name_members(std::vector<int> ranks) { names_ = std::move(ranks); }
+  /// "rank R": member `p` as messages name it (its communicator rank).
+  std::string who(int p) const {
+    return "rank " + std::to_string(static_cast<std::size_t>(p) < names_.size() ? names_[static_cast<std::size_t>(p)] : p);
+  }
   int rank() const noexcept { return rank_; }                         ///< this rank
   int size() const noexcept { return size_; }                         ///< ranks in the group
   const arena_layout& layout() const noexcept { return layout_; }     ///< arena geometry
@@ -193,6 +200,7 @@ class group {
     auto last_move = clock::now();
     auto next_pid_check = last_move;
     std::uint64_t seen = progress_sum();
+    watched_last_.store(steps.last, std::memory_order_relaxed);
     std::uint64_t verified = steps.first;  // first step whose signatures are not yet compared
     for (unsigned spins = 0;; ++spins) {
       bool complete = false;
@@ -220,7 +228,7 @@ class group {
         next_pid_check = now + std::chrono::milliseconds(50);
         for (int p = 0; p < size_; ++p)
           if (peers_[static_cast<std::size_t>(p)].access == peer_access::ipc && process_gone(peers_[static_cast<std::size_t>(p)].pid))
-            fail(errc::peer_lost, std::string(what) + " over CUDA IPC: rank " + std::to_string(p) + " (pid " +
+            fail(errc::peer_lost, std::string(what) + " over CUDA IPC: " + who(p) + " (pid " +
                                       std::to_string(peers_[static_cast<std::size_t>(p)].pid) + ") exited", what);
       }
       if (now - last_move > limit) fail(errc::timeout, std::string(what) + " over CUDA IPC: " + stall_report(steps, limit), what);
@@ -306,7 +314,7 @@ class group {
         const std::uint64_t at = read_entry(page(p).sigs[from % signature_slots], sig);
         if (at < from) return from;  // not enqueued there yet (or being written)
         if (at == from && sig != my_sig)
-          fail(errc::mismatch, std::string(what) + " over CUDA IPC: rank " + std::to_string(p) +
+          fail(errc::mismatch, std::string(what) + " over CUDA IPC: " + who(p) +
                                    " enqueued a different operation at step " + std::to_string(from) +
                                    " (collective, element type, operator, count or schedule differ; every rank must call the same "
                                    "device collectives in the same order with the same arguments)",
@@ -324,7 +332,7 @@ class group {
     std::string why = by == rank_ ? std::string(page(rank_).why, strnlen(page(rank_).why, sizeof page(rank_).why))
                                   : std::string(page(by).why, strnlen(page(by).why, sizeof page(by).why));
     release(code != errc::timeout && code != errc::peer_lost);
-    throw error(code, by == rank_ ? why : std::string(what) + " over CUDA IPC: rank " + std::to_string(by) + " reported: " + why);
+    throw error(code, by == rank_ ? why : std::string(what) + " over CUDA IPC: " + who(by) + " reported: " + why);
   }
 
   [[noreturn]] void fail(errc code, const std::string& msg, const char* what) {
@@ -335,26 +343,33 @@ class group {
 
   /// Lets this rank's stream finish: if it has not passed its last step after a grace period (a
   /// peer that mismatched or is merely slow may still be writing what it waits for; forcing it on
-  /// at once would read that mid-write), writes every peer's counters forward until it has (a
-  /// live but slow peer may still write smaller values), bounded.
+  /// at once would read that mid-write), writes every peer's counters forward, past every step
+  /// enqueued, until it has passed the operation being watched (a live but slow peer may still
+  /// write smaller values), bounded.
   /// \param grace wait first (a mismatch or an abort: peers may be mid-write); not for a stall or
   /// a dead peer, where nothing will come.
   void release(bool grace) noexcept {
     if (released_.exchange(true)) return;
-    const std::uint64_t last = enqueued_.load(std::memory_order_acquire);
-    const std::uint64_t forward = last + (std::uint64_t{1} << 40);
+    // Waits for the stream to pass the operation being watched, not everything enqueued: a later
+    // part of the stream may wait for a job queued behind this one (the staged level of the
+    // hierarchical allreduce), which runs, or is dropped, only after this returns.
+    const std::uint64_t enq = enqueued_.load(std::memory_order_acquire), watched = watched_last_.load(std::memory_order_relaxed);
+    const std::uint64_t last = watched ? std::min(watched, enq) : enq;
+    const std::uint64_t forward = enq + (std::uint64_t{1} << 40);  // also frees the steps enqueued after `last`
     const auto start = std::chrono::steady_clock::now();
     const auto until = start + std::chrono::seconds(10);
-    for (;;) {
-      if (stream_passed(last)) return;
+    for (bool forced = false;;) {
+      if (stream_passed(enq) || (forced && stream_passed(last))) return;
       const auto now = std::chrono::steady_clock::now();
       if (now > until) return;
-      if (!grace || now - start >= std::chrono::milliseconds(200))
+      if (!grace || now - start >= std::chrono::milliseconds(200)) {
         for (int p = 0; p < size_; ++p) {
           if (p == rank_) continue;
           auto& pg = page(p);
           for (std::uint64_t* w : {&pg.arrive, &pg.reduced, &pg.done}) word(*w).store(forward, std::memory_order_release);
         }
+        forced = true;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -364,7 +379,7 @@ class group {
                     std::to_string(steps.first) + ".." + std::to_string(steps.last) + ";";
     for (int p = 0; p < size_; ++p) {
       const auto& pg = page(p);
-      r += " rank " + std::to_string(p) + (p == rank_ ? " (this)" : "") + " arrived " +
+      r += " " + who(p) + (p == rank_ ? " (this)" : "") + " arrived " +
            std::to_string(word(const_cast<std::uint64_t&>(pg.arrive)).load()) + ", done " +
            std::to_string(word(const_cast<std::uint64_t&>(pg.done)).load()) + ";";
     }
@@ -411,6 +426,7 @@ class group {
 
   runtime_api& api_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> names_;  // communicator rank of each member (empty: the same as the group rank)
   logger log_;
   arena_layout layout_;
   peer_record rec_;
@@ -424,6 +440,7 @@ class group {
   std::uint64_t all_arrived_ = 0;  // see all_arrived_step()
   std::uint64_t* local_done_ = nullptr;  // see local_done_word()
   std::atomic<std::uint64_t> enqueued_{0};
+  std::atomic<std::uint64_t> watched_last_{0};  // last step of the operation `watch` observes now (0: none)
   double open_us_ = 0;
 };
 

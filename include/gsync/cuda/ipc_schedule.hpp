@@ -42,7 +42,10 @@
 namespace gsync::cuda::ipc {
 
 /// The collectives the IPC schedules implement (part of every step's signature).
-enum class collective : std::uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast, reduce, alltoall };
+enum class collective : std::uint8_t {
+  allreduce = 1, reduce_scatter, allgather, broadcast, reduce, alltoall,
+  parts_reduce_scatter, parts_allgather  ///< the within-host levels of the hierarchical allreduce (cuda/ipc_hierarchical.hpp)
+};
 
 namespace detail {
 

@@ -18,9 +18,11 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "gsync/algo/select.hpp"
 #include "gsync/core/communicator.hpp"
+#include "gsync/core/cost_model.hpp"
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/request.hpp"
@@ -35,6 +37,15 @@ namespace gsync::detail {
 struct ipc_state {
   std::unique_ptr<cuda::ipc::group> group;  ///< null: host staging
   std::string refusal;                      ///< why not (for logs)
+  /// The ranks span several hosts: `group` holds the ranks of this rank's host (group rank = local
+  /// index), and only allreduce uses it, in the hierarchical form (detail/ipc_hierarchical.hpp);
+  /// the other device collectives keep to host staging.
+  bool across_hosts = false;
+  std::vector<int> cross;  ///< across hosts: the ranks with this rank's local index, by host
+  int host = 0;            ///< across hosts: this rank's host (its index in `cross`)
+  cost_model network;      ///< across hosts: the links between hosts (chooses the cross-host schedule)
+  /// Every rank of the communicator is in `group`: every device collective may use it.
+  bool flat() const noexcept { return group && !across_hosts; }
 };
 
 /// The IPC state of `comm`, set up collectively on first use (detail/ipc_setup.hpp). Null when
@@ -80,7 +91,7 @@ struct ipc_job {
   /// The communicator broke (or was aborted) before this job ran: the peers are told, so that
   /// they fail too instead of completing against this rank's unwatched work.
   void skipped() noexcept {
-    st->group->report(errc::aborted, std::string(kind) + " over CUDA IPC: rank " + std::to_string(st->group->rank()) +
+    st->group->report(errc::aborted, std::string(kind) + " over CUDA IPC: " + st->group->who(st->group->rank()) +
                                          ": its communicator failed or was aborted before the operation ran");
   }
 };

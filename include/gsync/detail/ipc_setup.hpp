@@ -7,6 +7,9 @@
 /// Every rank reaches the same decision; the reason for host staging, or the group formed, is
 /// logged at GSYNC_DEBUG=INFO. A rank whose settings (GSYNC_CUDA_IPC_DISABLE) or program (no IPC
 /// kernels) rule CUDA IPC out skips the exchange: those are alike on every rank of a job.
+/// When the ranks span several hosts, each host's ranks form their own group (group rank = local
+/// index) for the hierarchical device allreduce (detail/ipc_hierarchical.hpp); every host must
+/// form its group, or every rank keeps to staging.
 ///
 /// Included at the end of each collective header that has a device overload (it needs the host
 /// allgather, which itself has one).
@@ -18,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "gsync/algo/select.hpp"
 #include "gsync/allgather.hpp"
+#include "gsync/core/topology.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/detail/ipc_collective.hpp"
 
@@ -39,46 +44,72 @@ std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm) {
   if (slot) return std::static_pointer_cast<ipc_state>(slot);
   if (comm.broken()) return nullptr;
   auto st = std::make_shared<ipc_state>();
-  // Properties of the program or its settings, alike on every rank of a job (a rank that differs
-  // runs a staged collective against the others' set-up exchange: a mismatch, reported as such).
-  const char* local = !comm.settings().cuda_ipc.enabled    ? "GSYNC_CUDA_IPC_DISABLE=1"
-                      : !cuda::installed_ipc_kernels()     ? "no CUDA IPC kernels in this program (no file that includes gsync's "
-                                                             "collectives was compiled with nvcc)"
-                                                           : nullptr;
+  const topology& t = comm.placement();
+  const bool across = t.hosts() > 1;
+  // Properties of the program, its settings or the placement, alike on every rank of a job (a
+  // rank that differs runs a staged collective against the others' set-up exchange: a mismatch,
+  // reported as such).
+  const char* local = !comm.settings().cuda_ipc.enabled ? "GSYNC_CUDA_IPC_DISABLE=1"
+                      : !cuda::installed_ipc_kernels()  ? "no CUDA IPC kernels in this program (no file that includes gsync's "
+                                                          "collectives was compiled with nvcc)"
+                      : across && !t.uniform()          ? "the hosts run different numbers of ranks (the hierarchical device "
+                                                          "allreduce needs the same number on every host)"
+                      : across && t.ranks_per_host() == 1 ? "one rank per host: no other GPU of the host to map"
+                                                          : nullptr;
   if (local) {
     comm.log().info(std::string("device collectives through host staging, not CUDA IPC: ") + local);
     st->refusal = local;
     slot = st;
     return st;
   }
-  auto g = std::make_unique<cuda::ipc::group>(cuda::current_runtime_api(), comm.rank(), comm.size(), comm.settings().cuda_ipc,
+  // Across hosts the group is the ranks of this rank's host, numbered by local index.
+  const int me = across ? t.local_index(comm.rank()) : comm.rank();
+  const int members = across ? t.ranks_per_host() : comm.size();
+  auto g = std::make_unique<cuda::ipc::group>(cuda::current_runtime_api(), me, members, comm.settings().cuda_ipc,
                                               cuda::installed_ipc_kernels() != nullptr, comm.log());
+  if (across) g->name_members(t.ranks_on(t.host_of(comm.rank())));  // messages name communicator ranks
   const std::vector<cuda::ipc::peer_record> all = ipc_exchange(comm, g->record());
-  std::string why = cuda::ipc::group_refusal(all);
-  if (why.empty()) {
-    struct status {
-      char why[200];
-    } mine{};
-    cuda::ipc::set_field(mine.why, g->connect(all));
-    const std::vector<status> st_all = ipc_exchange(comm, mine);
-    for (const auto& s : st_all)
-      if (s.why[0]) {
-        why = cuda::ipc::field(s.why);
-        break;
-      }
-    if (!why.empty()) {
-      g->disconnect();
-      (void)ipc_exchange(comm, std::uint8_t{0});  // every rank closed the peers' arenas before any frees its own
-    } else {
-      g->finish();
+  std::vector<cuda::ipc::peer_record> mates;
+  if (across)
+    for (int r : t.ranks_on(t.host_of(comm.rank()))) mates.push_back(all[static_cast<std::size_t>(r)]);
+  const std::span<const cuda::ipc::peer_record> group_records = across ? std::span<const cuda::ipc::peer_record>(mates) : all;
+  // The verdict of this rank's group, then everyone's: one host that cannot form its group keeps
+  // every rank on staging (the hierarchical allreduce needs every host).
+  std::string why = cuda::ipc::group_refusal(group_records);
+  const bool tried = why.empty();
+  if (tried) why = g->connect(group_records);
+  struct status {
+    char why[200];
+  } mine{};
+  if (!why.empty()) cuda::ipc::set_field(mine.why, across ? "host " + std::to_string(t.host_of(comm.rank())) + ": " + why : why);
+  why.clear();
+  for (const auto& s : ipc_exchange(comm, mine))
+    if (s.why[0]) {
+      why = cuda::ipc::field(s.why);
+      break;
     }
+  if (!why.empty()) {
+    if (tried) g->disconnect();
+    (void)ipc_exchange(comm, std::uint8_t{0});  // every rank closed the peers' arenas before any frees its own
+  } else {
+    g->finish();
   }
   if (why.empty()) {
     int others = 0;
-    for (const auto& r : all) others += r.pid != g->record().pid;
-    comm.log().info("device collectives over CUDA IPC among " + std::to_string(comm.size()) + " ranks (" + std::to_string(others) +
-                    " in other processes; arena slots of " + std::to_string(g->layout().slot_bytes >> 10) +
-                    " KiB; slowest cudaIpcOpenMemHandle " + detail::fixed(g->open_us(), 0) + " us)");
+    for (const auto& r : group_records) others += r.pid != g->record().pid;
+    const std::string among = std::to_string(members) + " ranks" + (across ? " of each host" : "") + " (" + std::to_string(others) +
+                              " in other processes; arena slots of " + std::to_string(g->layout().slot_bytes >> 10) +
+                              " KiB; slowest cudaIpcOpenMemHandle " + detail::fixed(g->open_us(), 0) + " us)";
+    if (across) {
+      st->across_hosts = true;
+      st->cross = t.cross(me);
+      st->host = t.host_of(comm.rank());
+      st->network = algo::network_of(t);
+      comm.log().info("device allreduce hierarchical over " + std::to_string(t.hosts()) + " hosts: CUDA IPC among the " + among +
+                      ", host staging across hosts; other device collectives through host staging");
+    } else {
+      comm.log().info("device collectives over CUDA IPC among " + among);
+    }
     st->group = std::move(g);
   } else {
     comm.log().info("device collectives through host staging, not CUDA IPC: " + why);
