@@ -4,6 +4,7 @@
 /// on its own thread (Asio sockets) that authenticates clients, answers their requests, parks gets and
 /// waits until their keys exist or their deadlines pass, and reports a lost rank to every waiter.
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "gsync/bootstrap/auth.hpp"
 #include "gsync/bootstrap/store_protocol.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/detail/socket.hpp"
 
@@ -51,6 +53,7 @@ class store_server {
                                     (ec == asio::error::address_in_use ? " (another job, or another communicator of this job still open, on this port? set GSYNC_MASTER_PORT)" : ""));
     acc_.non_blocking(true);
     if (::pipe(wake_) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
+    spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // see accept_all
     thread_ = std::thread([this] { run(); });
   }
   store_server(const store_server&) = delete;
@@ -62,12 +65,18 @@ class store_server {
     if (thread_.joinable()) thread_.join();
     ::close(wake_[0]);
     ::close(wake_[1]);
+    if (spare_ >= 0) ::close(spare_);
   }
+  /// True once the server ran out of descriptors: it then turns every connection away and answers
+  /// every wait with the error, so that no rank waits for a store that cannot serve it.
+  bool out_of_descriptors() const noexcept { return out_of_fds_.load(std::memory_order_acquire); }
   /// Keeps serving until every rank's client has said goodbye or is gone, or until `dl`: the
   /// process that hosts the store calls this before destroying it, so that ranks still setting
   /// up, or looking up why a peer failed, are not cut off by an early exit of rank 0.
+  /// A server that ran out of descriptors does not wait: ranks it could not accept never leave.
   void linger(std::chrono::steady_clock::time_point dl) const {
-    while (active_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < dl)
+    while (active_.load(std::memory_order_acquire) > 0 && !out_of_fds_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < dl)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   /// The port the server listens on.
@@ -97,10 +106,11 @@ class store_server {
     while (!stop_) {
       std::vector<pollfd> fds;
       fds.push_back({wake_[0], POLLIN, 0});
-      fds.push_back({acc_.native_handle(), POLLIN, 0});
-      for (auto& c : clients_) fds.push_back({c->s.native_handle(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
-      int timeout = -1;
       auto now = clock::now();
+      const bool accepting = now >= accept_pause_until_;  // paused after running out of descriptors
+      fds.push_back({acc_.native_handle(), static_cast<short>(accepting ? POLLIN : 0), 0});
+      for (auto& c : clients_) fds.push_back({c->s.native_handle(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
+      int timeout = accepting ? -1 : 50;
       for (auto& c : clients_)
         if (c->hs) timeout = 1000;  // check the handshake deadline now and then
       for (auto& p : parked_) {
@@ -125,6 +135,21 @@ class store_server {
       auto c = std::make_unique<client>(client{detail::net::tcp_socket(io_), {}, {}, false, nullptr, clock::now(), {}});
       asio::error_code ec;
       acc_.accept(c->s, ec);
+      if (bootstrap::out_of_descriptors(ec)) {
+        // A store that cannot accept every rank cannot set the job up: fail the waits of the ranks
+        // accepted so far with the reason, and close the connections queued behind (accepted
+        // with the spare descriptor, closed at once) so that no rank waits for its deadline.
+        if (!out_of_fds_.exchange(true, std::memory_order_acq_rel) && lost_.empty())
+          declare_lost(bootstrap::fd_exhausted("rank 0: the store cannot accept a rank's connection", 0).what());
+        accept_pause_until_ = clock::now() + std::chrono::milliseconds(50);  // no spin while none is free
+        if (spare_ >= 0) {
+          ::close(spare_);
+          spare_ = -1;
+          for (int fd; (fd = ::accept(acc_.native_handle(), nullptr, nullptr)) >= 0;) ::close(fd);
+          spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        return;
+      }
       if (ec) return;
       c->hs = std::make_unique<auth::server_handshake>(key_);
       asio::error_code ig;
@@ -204,11 +229,20 @@ class store_server {
     std::string why;
     if (!parse_request(frame, rq, why)) return drop(c, why);
     switch (rq.cmd) {
-      case cmd_set:
-        kv_[rq.keys[0]] = std::move(rq.value);
+      case cmd_set: {
+        const std::string key = rq.keys[0];
+        kv_[key] = std::move(rq.value);
         reply(c, st_ok);
         wake_parked();
+        // A rank recording its failure ("gsync/failed/R" = "<errc> <message>") is going down: the
+        // ranks waiting for keys it would have set learn why now, not when its connection closes
+        // (a rank that fails in set-up, before its hello, is never counted as lost).
+        if (constexpr std::string_view failed = "gsync/failed/"; lost_.empty() && key.starts_with(failed)) {
+          const std::string& v = kv_[key];
+          declare_lost("rank " + key.substr(failed.size()) + " failed: " + v.substr(std::min(v.size(), v.find(' ') + 1)));
+        }
         return;
+      }
       case cmd_get: case cmd_wait: {
         parked p{&c, rq.cmd, std::move(rq.keys), clock::now() + std::chrono::milliseconds(rq.timeout_ms)};
         if (ready(p) || !lost_.empty()) answer(p);
@@ -280,6 +314,17 @@ class store_server {
       return;
     }
   }
+  /// Records the first loss (`why`) and answers every parked wait that cannot be met with it.
+  void declare_lost(const std::string& why) {
+    lost_ = why;
+    log_.warn("store: " + lost_);
+    kv_["gsync/lost"] = lost_;
+    for (auto& p : parked_)
+      if (!p.c->dead) answer(p);
+    parked_.clear();
+    for (auto& o : clients_)
+      if (!o->dead && !o->out.empty()) flush(*o);
+  }
   void reap() {
     const auto now = clock::now();
     for (auto& c : clients_)
@@ -294,13 +339,7 @@ class store_server {
         else
           lost_ = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
                   "the process died, was killed, or failed)";
-        log_.warn("store: " + lost_);
-        kv_["gsync/lost"] = lost_;
-        for (auto& p : parked_)
-          if (!p.c->dead) answer(p);
-        parked_.clear();
-        for (auto& o : clients_)
-          if (!o->dead && !o->out.empty()) flush(*o);
+        declare_lost(lost_);
       }
     std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
     std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
@@ -312,6 +351,9 @@ class store_server {
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   logger log_;
+  clock::time_point accept_pause_until_{};  // listener not polled before this (out of descriptors)
+  std::atomic<bool> out_of_fds_{false};  // accept failed for want of descriptors (see accept_all, linger)
+  int spare_ = -1;                         // a descriptor held back to turn connections away when out of them
   auth::job_key key_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};

@@ -38,10 +38,12 @@
 #include <type_traits>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/choice_memo.hpp"
 #include "gsync/core/concepts.hpp"
@@ -114,11 +116,22 @@ class communicator {
     requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
   {
     if (cfg.deterministic) cfg.transport.net_probe = false;  // nothing measured can steer the choices
+    if (auto raised = bootstrap::ensure_fd_room(bootstrap::fd_needed(li.size))) logger(li.rank).info(*raised);
     std::unique_ptr<X> x;
-    if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
-      x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
-    else
-      x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
+    try {
+      if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
+        x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
+      else
+        x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
+    } catch (const error& e) {
+      if (bootstrap::mentions_out_of_descriptors(e)) throw bootstrap::fd_exhausted(e.what(), li.size);
+      throw;
+    } catch (const std::system_error& e) {  // from the socket layer (Asio): one error type leaves the API
+      if (bootstrap::out_of_descriptors(e.code())) throw bootstrap::fd_exhausted("rank " + std::to_string(li.rank) + ": set-up", li.size);
+      throw error(errc::system, "rank " + std::to_string(li.rank) + ": set-up: " + e.what());
+    } catch (const std::bad_alloc&) {
+      throw error(errc::system, "rank " + std::to_string(li.rank) + ": set-up: out of memory");
+    }
     return communicator(std::move(x), std::move(cfg), li.local_rank);
   }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 
@@ -152,6 +153,7 @@ inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::
     net::tcp_socket s(io);
     asio::error_code ec;
     s.open(ep.protocol(), ec);
+    if (bootstrap::out_of_descriptors(ec)) throw bootstrap::fd_exhausted("connecting to " + what, 0);
     if (ec) throw error(errc::system, "socket(): " + ec.message());
     set_nonblocking(s.native_handle());
     set_congestion(s.native_handle(), congestion);  // failure reported by tune_data_socket
@@ -181,6 +183,7 @@ inline bool accept_until(net::tcp_acceptor& acc, net::tcp_socket& out, deadline 
     asio::error_code ec;
     acc.accept(out, ec);
     if (!ec) return true;
+    if (bootstrap::out_of_descriptors(ec)) throw bootstrap::fd_exhausted("accept", 0);
     if (ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted &&
         ec != asio::error::connection_aborted)
       throw error(errc::system, "accept: " + ec.message());

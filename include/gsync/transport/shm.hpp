@@ -226,7 +226,7 @@ class segment {
     if (rc != 0) {
       ::close(fd);
       throw error(errc::system, "cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " + name + ": " +
-                                    std::strerror(rc) + " (is /dev/shm full or too small? GSYNC_SHM_DISABLE=1 falls back to TCP)");
+                                    std::strerror(rc) + " (is /dev/shm full or too small? df -h /dev/shm; in docker, --shm-size; GSYNC_SHM_BYTES makes the rings smaller, GSYNC_SHM_DISABLE=1 falls back to TCP)");
     }
     s.map(fd, bytes);
     // Write every page once now (see map(): MAP_POPULATE alone was not enough).

@@ -85,6 +85,7 @@
 #include <vector>
 
 #include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/bootstrap/host_id.hpp"
 #include "gsync/bootstrap/interface.hpp"
 #include "gsync/bootstrap/launch_env.hpp"

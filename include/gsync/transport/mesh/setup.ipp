@@ -124,7 +124,12 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
                 (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) +
                                                " us of the machines' time per message" : ""));
     }
-  } catch (const error& e) {
+  } catch (const error& raised) {
+    // Out of descriptors: say which limit and how to raise it, here and to the others.
+    const error e = bootstrap::mentions_out_of_descriptors(raised) ? bootstrap::fd_exhausted(raised.what(), size_)
+                    : server_ && server_->out_of_descriptors()
+                        ? bootstrap::fd_exhausted("rank 0: the store cannot accept the ranks' connections (" + std::string(raised.what()) + ")", size_)
+                        : raised;
     // Tell the store why, before its connection drops: the store then reports this rank as
     // failed for that reason, not as the first rank lost (which the others would blame).
     if (store_) {
@@ -134,10 +139,13 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
       }
     }
     if (server_) {
+      // Serve the others a while so they read why, unless this rank could not reach its own store
+      // (no reason recorded: the others would only wait for the linger to end).
+      const bool recorded = store_ != nullptr;
       store_.reset();  // says goodbye: this rank is failing, not lost
-      server_->linger(std::chrono::steady_clock::now() + store_linger);
+      if (recorded) server_->linger(std::chrono::steady_clock::now() + store_linger);
     }
-    throw;
+    throw e;
   }
 }
 
