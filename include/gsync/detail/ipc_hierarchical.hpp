@@ -21,6 +21,7 @@
 /// in rank order by one kernel, and every cross-host group runs the same schedule on equal inputs.
 /// The cross-host schedule is the cheapest flat one for H ranks under the network model.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -101,14 +102,15 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
   // Inside the host the kernels only combine; avg divides once, across hosts.
   const cuda::ipc_op inner = *cuda::ipc_op_of<Op>() == cuda::ipc_op::avg ? cuda::ipc_op::sum : *cuda::ipc_op_of<Op>();
   const int hosts = static_cast<int>(st->cross.size());
-  if (comm.log().enabled(log_level::info))
+  if (comm.log().enabled(log_level::info)) {
+    // The level across hosts chooses its schedule per staging window (cross_host_allreduce_run).
+    const std::size_t across = form == cuda::ipc::hier_form::two_level ? bytes : cuda::ipc::part(count, g.size(), 0, sizeof(T)).count * sizeof(T);
+    const std::size_t window = std::min(across, std::max(comm.settings().cuda_staging_bytes, sizeof(T)) / sizeof(T) * sizeof(T));
     ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()),
                   "hierarchical " + std::string(cuda::ipc::name(form)) + " (" + std::to_string(g.size()) + " ranks per host, " +
-                      std::to_string(hosts) + " hosts; across hosts " +
-                      std::string(algo::name(cheapest_flat_allreduce(
-                          form == cuda::ipc::hier_form::two_level ? bytes : cuda::ipc::part(count, g.size(), 0, sizeof(T)).count * sizeof(T),
-                          hosts, st->network))) +
-                      " through host staging)");
+                      std::to_string(hosts) + " hosts; across hosts " + std::string(algo::name(cheapest_flat_allreduce(window, hosts, st->network))) +
+                      " on windows of up to " + std::to_string(window) + " bytes through host staging)");
+  }
   if (form == cuda::ipc::hier_form::two_level) {
     const auto sch = cuda::ipc::choose(bytes, g.size(), comm.settings().cuda_ipc.algo);
     (void)ipc_launch(comm, st, "allreduce", s, [&](std::chrono::milliseconds limit) {
