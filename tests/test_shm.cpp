@@ -240,8 +240,8 @@ TEST_CASE("shm: a collective nobody else joins times out at the deadline") {
 }
 
 TEST_CASE("shm: messages of every small size share the ring with their headers, also across the wrap") {
-  // A 4 KiB ring: payloads of 0..100 bytes start right after their stamp and 40-byte header (up to
-  // 16 bytes share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
+  // A 4 KiB ring: payloads of 0..100 bytes start right after their stamp and 48-byte header (up to
+  // 8 bytes share its cache line), messages start 64-byte aligned, and the sequence wraps the ring many
   // times at shifting offsets. Point-to-point bytes, then allreduces whose receives reduce from
   // the ring in place (8-byte and 2-byte elements).
   errors errs;

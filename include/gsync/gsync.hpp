@@ -12,6 +12,8 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/device_span.hpp"
+#include "gsync/grid.hpp"
 #include "gsync/reduce.hpp"
 #include "gsync/reduce_scatter.hpp"
 #include "gsync/send_recv.hpp"
+#include "gsync/split.hpp"

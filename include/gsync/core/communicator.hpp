@@ -88,8 +88,13 @@ class communicator {
 
   /// Wraps an established transport endpoint.
   explicit communicator(std::unique_ptr<X> x, config cfg = config::from_env(), int local_rank = -1)
+      : communicator(std::move(x), std::move(cfg), local_rank, nullptr, true) {}
+
+ private:
+  // `own_trace`: open this rank's timeline (GSYNC_TRACE); a split shares its parent's (`trace`).
+  communicator(std::unique_ptr<X> x, config cfg, int local_rank, std::shared_ptr<trace_writer> trace, bool own_trace)
       : x_(std::move(x)), cfg_(std::move(cfg)), log_(x_->rank()), local_rank_(local_rank < 0 ? x_->rank() : local_rank),
-        scratch_(detail::make_aligned_bytes(scratch_bytes)), trace_(trace_writer::from_env(x_->rank())),
+        scratch_(detail::make_aligned_bytes(scratch_bytes)), trace_(own_trace ? trace_writer::from_env(x_->rank()) : std::move(trace)),
         engine_(std::make_unique<detail::progress_engine>(this)) {
     if (cfg_.deterministic && x_->topo().links()) {  // the links as assumed or given, never as measured
       fixed_placement_ = std::make_shared<topology>(x_->topo());
@@ -100,6 +105,8 @@ class communicator {
                 "' declares no cost model (costed_transport or transport_traits<X>::local_costs): the automatic choice of "
                 "algorithms assumes loopback TCP");
   }
+
+ public:
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
   /// transports that can bootstrap themselves, such as TCP.
@@ -157,9 +164,39 @@ class communicator {
   /// that outlive the communicator stay valid. Must not run inside one of its own submit() jobs.
   ~communicator() { stop_engine(); }
 
-  int rank() const noexcept { return x_->rank(); }      ///< this rank, 0 <= rank < size
-  int size() const noexcept { return x_->size(); }      ///< number of ranks
-  int local_rank() const noexcept { return local_rank_; }  ///< rank among this host's processes
+  /// This rank, 0 <= rank < size. Throws `errc::invalid_argument` on a null communicator.
+  int rank() const {
+    if (!x_) [[unlikely]] null_use();
+    return x_->rank();
+  }
+  /// Number of ranks. Throws `errc::invalid_argument` on a null communicator.
+  int size() const {
+    if (!x_) [[unlikely]] null_use();
+    return x_->size();
+  }
+  int local_rank() const noexcept { return local_rank_; }  ///< rank among this host's processes of this communicator
+  /// False for the null communicator `split` returns to a rank that passed a negative color (and
+  /// for a moved-from one): every call on it but `valid` and destruction throws
+  /// `errc::invalid_argument`.
+  bool valid() const noexcept { return x_ != nullptr; }
+  /// The communicator's identity on the wire: 0 for the job's world, derived by `split` for the
+  /// others (messages name a communicator by it).
+  std::uint64_t id() const noexcept {
+    if constexpr (splittable_transport<X>) return x_ ? static_cast<std::uint64_t>(x_->comm_id()) : 0;
+    else return 0;
+  }
+
+  /// Splits this communicator, as `MPI_Comm_split` / `ncclCommSplit`: collective over this
+  /// communicator (every rank calls it, in the same order relative to its other collectives).
+  /// Ranks passing the same non-negative `color` form one new communicator, ordered by `key`,
+  /// then by their rank here; a rank passing a negative color gets a null communicator
+  /// (`valid()` false). The new communicator has this one's type and settings (timeout, segment
+  /// size), shares its connections (no new store, port or connection), numbers its own
+  /// operations and stamps its identity on its frames, so that it may be used at the same time as
+  /// this one and its siblings, from other threads; it can be split again and may outlive this
+  /// one. Defined in gsync/split.hpp (included by every collective's header).
+  communicator split(int color, int key = 0)
+    requires splittable_transport<X>;
 
   /// Deadline length of every blocking wait.
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
@@ -234,6 +271,8 @@ class communicator {
 
   /// The transport endpoint (for primitives and algorithms).
   X& transport() noexcept { return *x_; }
+  /// The transport endpoint (const).
+  const X& transport() const noexcept { return *x_; }
   /// The placement the automatic choices read: the transport's topology, except in deterministic
   /// mode (`config::deterministic`), where the links between hosts are the assumed or given ones,
   /// whatever the transport measured.
@@ -330,7 +369,7 @@ class communicator {
   /// caller is inside a submit() job. Throws the "communicator broken" error after a failure of
   /// queued work (except inside a job).
   bool runs_inline() const {
-    if (!engine_) throw error(errc::invalid_argument, "use of a moved-from communicator");
+    if (!engine_) null_use();
     if (engine_->on_engine_thread()) return true;
     if (engine_->broken()) engine_->throw_broken();
     return engine_->idle();
@@ -370,6 +409,7 @@ class communicator {
 
   /// The progress engine, created (without a thread yet) on first use.
   detail::progress_engine& engine() {
+    if (!x_) null_use();
     if (!engine_) engine_ = std::make_unique<detail::progress_engine>(this);
     return *engine_;
   }
@@ -378,6 +418,13 @@ class communicator {
   bool broken() const noexcept { return engine_ && engine_->broken(); }
 
  private:
+  struct null_tag {};
+  // The null communicator (split with a negative color).
+  explicit communicator(null_tag, config cfg) : cfg_(std::move(cfg)), log_(-1) {}
+  [[noreturn, gnu::cold]] static void null_use() {
+    throw error(errc::invalid_argument,
+                "use of a null communicator (this rank passed a negative color to split) or of a moved-from one");
+  }
   // A queued job bound to the communicator it runs on; forwards `skipped()` when the job has it.
   template <class F>
   struct bound_op {
@@ -417,6 +464,7 @@ class communicator {
     local_rank_ = o.local_rank_;
     seq_ = o.seq_;
     job_seq_ = o.job_seq_;
+    splits_ = o.splits_;
     p2p_ = std::move(o.p2p_);
     job_p2p_ = std::move(o.job_p2p_);
     logged_shapes_ = std::move(o.logged_shapes_);
@@ -441,6 +489,7 @@ class communicator {
   int local_rank_ = 0;
   std::uint64_t seq_ = 0;
   std::uint64_t job_seq_ = 0;          // collectives inside submit() jobs (engine thread only)
+  std::uint64_t splits_ = 0;           // split() calls so far (part of the new communicators' ids)
   std::vector<p2p_counters> p2p_;      // per peer, for send/recv
   std::vector<p2p_counters> job_p2p_;  // per peer, for send/recv inside submit() jobs
   std::vector<std::string> logged_shapes_;

@@ -10,9 +10,11 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "gsync/core/cost_model.hpp"
 #include "gsync/core/dtype.hpp"
@@ -87,6 +89,17 @@ concept transport_policy = requires(X& x, int peer, message_id id, const std::by
 /// memory directly).
 template <class X>
 concept send_progress_transport = transport_policy<X> && requires(X& x) { x.progress_sends(); };
+
+/// A transport that makes views of itself over a subset of its ranks, sharing its connections
+/// (`communicator::split`): `x.split(members, id)` returns an endpoint whose rank i is
+/// `members[i]` of `x` (this rank among them) and which stamps `id` (not 0, agreed by the
+/// members, unique in the job) on its frames as `fingerprint::comm`; `x.comm_id()` is the
+/// view's own (0 for the job's world). Views may be used at the same time from different threads.
+template <class X>
+concept splittable_transport = transport_policy<X> && requires(const X& x, const std::vector<int>& members, std::uint64_t id) {
+  { x.split(members, id) } -> std::same_as<std::unique_ptr<X>>;
+  { x.comm_id() } -> std::convertible_to<std::uint64_t>;
+};
 
 /// A transport that counts the payload bytes it was handed to send (`x.payload_bytes_posted()`,
 /// monotonic, frame headers excluded; read on the thread that runs the operations), so that

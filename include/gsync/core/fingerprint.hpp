@@ -6,8 +6,10 @@
 /// own, so that ranks calling different collectives, or the same one with different arguments,
 /// fail with `errc::mismatch` spelling out both calls ("rank 2 called allreduce(float32, 1048576,
 /// sum) as op #17, rank 3 called allreduce(float32, 1048575, sum) as op #17") instead of hanging or
-/// mixing bytes. 16 bytes per message: the cost is noise next to the 24-byte header it extends and
-/// to any payload (see benchmarks/results/fingerprint.md).
+/// mixing bytes. It also names the communicator the call belongs to (`comm`, 0 for the job's
+/// world communicator, a value derived by `communicator::split` for the others), so that the
+/// traffic of several communicators sharing one connection is told apart. 24 bytes per message:
+/// the cost is noise next to any payload (see benchmarks/results/fingerprint.md).
 ///
 /// Codes are small integers so that a receiver can name what the sender called without any
 /// extra round trip. User operators are one code ("user": two different user functors cannot be
@@ -26,6 +28,7 @@ namespace gsync {
 /// What one rank passed to one call, as carried in every frame of that call.
 struct fingerprint {
   std::uint64_t count = 0;  ///< elements per rank as the caller passed them (block size for rs/ag/a2a)
+  std::uint64_t comm = 0;   ///< the communicator's identity (0: the world; set by the transport, see split)
   std::int32_t root = -1;   ///< root rank of broadcast / reduce; -1 for unrooted calls
   std::uint8_t dtype = 0;   ///< 1 + `gsync::dtype` of the elements; 0: none (barrier)
   std::uint8_t op = 0;      ///< operator code (`op_code`); 0: no operator
@@ -33,7 +36,7 @@ struct fingerprint {
   std::uint8_t flags = 0;   ///< reserved, always 0
   bool operator==(const fingerprint&) const = default;
 };
-static_assert(sizeof(fingerprint) == 16 && std::is_trivially_copyable_v<fingerprint>);
+static_assert(sizeof(fingerprint) == 24 && std::is_trivially_copyable_v<fingerprint>);
 
 namespace detail {
 
@@ -142,6 +145,16 @@ inline std::string describe_call(std::string_view kind, const fingerprint& f) {
   return s;
 }
 
+/// "communicator 9f3c0a17d2e4b651" (16 hex digits), or "the world communicator" for id 0: how
+/// messages name a communicator.
+inline std::string comm_label(std::uint64_t id) {
+  if (id == 0) return "the world communicator";
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s = "communicator ";
+  for (int i = 60; i >= 0; i -= 4) s += hex[(id >> i) & 15];
+  return s;
+}
+
 /// Which fields of two fingerprints differ, in words ("count, operator"); empty if none.
 inline std::string fingerprint_difference(const fingerprint& a, const fingerprint& b) {
   std::string d;
@@ -152,6 +165,7 @@ inline std::string fingerprint_difference(const fingerprint& a, const fingerprin
   if (a.root != b.root) add("root");
   if (a.algo != b.algo) add("algorithm");
   if (a.flags != b.flags) add("flags");
+  if (a.comm != b.comm) add("communicator");
   return d;
 }
 

@@ -55,6 +55,22 @@ class topology {
     return topology(std::move(h));
   }
 
+  /// The placement of the ranks `ranks` (in this topology's numbering; rank i of the result is
+  /// `ranks[i]`), hosts renumbered by first appearance; measured links and core sharing carry over.
+  topology subset(const std::vector<int>& ranks) const {
+    std::vector<int> h(ranks.size()), seen;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const int w = host_of(ranks[i]);
+      auto it = std::find(seen.begin(), seen.end(), w);
+      h[i] = static_cast<int>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(w);
+    }
+    topology t(std::move(h));
+    if (links_ && t.hosts() > 1) t.set_links(*links_);
+    t.set_cores_shared(cores_shared_);
+    return t;
+  }
+
   int world() const noexcept { return static_cast<int>(host_of_.size()); }  ///< ranks
   int hosts() const noexcept { return static_cast<int>(members_.size()); }   ///< hosts
   int host_of(int rank) const { return host_of_[static_cast<std::size_t>(rank)]; }  ///< host of a rank

@@ -2,7 +2,7 @@
 /// \file
 /// The frame header that precedes every message on a byte-stream transport, and its check.
 ///
-/// 40 bytes, host byte order (all ranks of a job share an architecture): magic, tag, sequence
+/// 48 bytes, host byte order (all ranks of a job share an architecture): magic, tag, sequence
 /// number, payload byte count, and the sender's call fingerprint (core/fingerprint.hpp). The
 /// receiver states what it expects; any difference raises `errc::mismatch` rather than mixing the
 /// bytes into the result: another call (kind, sequence number or arguments) is reported as both
@@ -29,7 +29,7 @@ struct frame_header {
   std::uint64_t bytes = 0;            ///< payload length
   fingerprint fp{};                   ///< message_id::fp, the sender's call
 };
-static_assert(sizeof(frame_header) == 40);
+static_assert(sizeof(frame_header) == 48);
 
 /// Magic of a failure notice ("GSYX"): the last frame a failing rank writes to a peer whose stream
 /// is at a message boundary: `tag` holds the `gsync::errc` value, `seq` 1 + the rank whose loss
@@ -85,18 +85,20 @@ inline void check_header(const frame_header& h, message_id want, std::size_t wan
   if (h.magic == frame_magic && h.tag == want.tag && h.seq == want.seq && h.fp == want.fp && h.bytes == want_bytes) return;
   const std::string me = "rank " + std::to_string(self), them = "rank " + std::to_string(peer);
   std::string m;
+  const std::string in = want.fp.comm ? " in " + comm_label(want.fp.comm) : std::string();
   if (h.magic != frame_magic) {
     m = me + " expected from " + them + " a message of " + describe_message(want.tag, want.seq, want.fp) +
         " but received bytes that are not a gsync frame (bad magic)";
   } else if (h.tag != want.tag || h.seq != want.seq || !(h.fp == want.fp)) {
     m = me + " called " + describe_message(want.tag, want.seq, want.fp, "recv") + ", " + them + " called " +
         describe_message(h.tag, h.seq, h.fp, "send");
+    m += in;
     if (h.tag != want.tag) m += ": different operations";
     else if (h.seq != want.seq) m += ": the ranks are not running the same sequence of operations";
     else m += ": they disagree on the " + fingerprint_difference(want.fp, h.fp);
   } else {
     m = me + " expected from " + them + " a " + std::to_string(want_bytes) + "-byte message of " +
-        describe_message(want.tag, want.seq, want.fp) + " but received " + std::to_string(h.bytes) +
+        describe_message(want.tag, want.seq, want.fp) + in + " but received " + std::to_string(h.bytes) +
         " bytes: the ranks split the call differently (settings such as GSYNC_SEGMENT_BYTES differ between ranks?)";
   }
   throw error(errc::mismatch, m);

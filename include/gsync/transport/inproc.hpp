@@ -12,10 +12,16 @@
 /// A peer that failed with a mismatch or was aborted passes that kind and its message on to the
 /// ranks waiting for it (so every rank of a mismatched call reports the mismatch). `abort` may be
 /// called from any thread.
+///
+/// `split` makes views over a subset of the ranks (for `communicator::split`): their messages
+/// travel in the same mailboxes, stamped with the view's identity, and a receiver takes the first
+/// message of its own view; a rank that fails is gone for every view.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,7 +58,7 @@ class inproc_world {
   // compared to the copies, and each rank waits on its own condition variable.
   struct rank_state {
     std::condition_variable cv;  // signalled when a message arrives for this rank or its sends complete
-    std::size_t pending_sends = 0;
+    std::map<std::uint64_t, std::size_t> pending_sends;  // per view (communicator id): messages not yet taken
     int readers = 0;             // receivers copying from this rank's memory right now
     bool gone = false;
     errc kind = errc::peer_lost;  // how it went: peer_lost (left or lost), mismatch or aborted
@@ -66,22 +72,49 @@ class inproc_world {
   std::deque<message>& box(int src, int dst) { return boxes_[static_cast<std::size_t>(src) * size_ + dst]; }
 };
 
-/// Transport endpoint of one rank in an `inproc_world`.
+/// Transport endpoint of one rank in an `inproc_world` (or a view of it made by `split`).
 class inproc {
  public:
   /// Endpoint of `rank` in `world`.
-  inproc(std::shared_ptr<inproc_world> world, int rank) : w_(std::move(world)), rank_(rank) {}
+  inproc(std::shared_ptr<inproc_world> world, int rank)
+      : w_(std::move(world)), me_(rank), rank_(rank), size_(w_->size()), life_(std::make_shared<char>()) {}
   inproc(const inproc&) = delete;
   inproc& operator=(const inproc&) = delete;
-  ~inproc() { leave(); }
+  /// The rank leaves (see `leave`) with the last of its views.
+  ~inproc() {
+    if (life_.use_count() == 1) leave();
+  }
+
+  /// A view over `members` (ranks of this view, this rank among them): rank i of the new view is
+  /// `members[i]` here; `comm` (not 0) stamps its messages. Leaving the world view leaves them too.
+  std::unique_ptr<inproc> split(const std::vector<int>& members, std::uint64_t comm) const {
+    if (comm == 0) throw error(errc::invalid_argument, "inproc::split: communicator id 0 is the world's");
+    std::unique_ptr<inproc> v(new inproc(w_, me_));
+    v->life_ = life_;
+    v->comm_ = comm;
+    v->rank_ = -1;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= size_) throw error(errc::invalid_argument, "inproc::split: rank out of range");
+      if (members[i] == rank_) v->rank_ = static_cast<int>(i);
+      v->world_.push_back(job_rank(members[i]));
+    }
+    if (v->rank_ < 0) throw error(errc::invalid_argument, "inproc::split: this rank is not among the members");
+    v->size_ = static_cast<int>(members.size());
+    v->topo_ = std::make_shared<const topology>(w_->topo().subset(v->world_));
+    return v;
+  }
+  /// The view's identity on the wire (0: the world).
+  std::uint64_t comm_id() const noexcept { return comm_; }
+  /// Rank of this view's rank `r` in the world (used in messages).
+  int job_rank(int r) const noexcept { return world_.empty() ? r : world_[static_cast<std::size_t>(r)]; }
 
   int rank() const noexcept { return rank_; }          ///< this rank
-  int size() const noexcept { return w_->size(); }     ///< world size
+  int size() const noexcept { return size_; }          ///< ranks of this view
   std::string_view name() const noexcept { return "inproc"; }  ///< transport name for logs
   /// What a message between two ranks costs (`costed_transport`): the ranks are threads of one
   /// process and a receiver reads the sender's memory, so the shared-memory model applies.
   link_costs local_costs() const noexcept { return {"inproc", cost_model::shared_memory(), /*shared_memory=*/true}; }
-  const topology& topo() const noexcept { return w_->topo(); }  ///< placement of the ranks
+  const topology& topo() const noexcept { return topo_ ? *topo_ : w_->topo(); }  ///< placement of the ranks
 
   /// Marks this rank gone: peers waiting on it fail with peer_lost. Messages it queued are
   /// withdrawn, and the call returns only once no peer is still copying from its memory.
@@ -92,7 +125,8 @@ class inproc {
   }
 
   /// Aborts this endpoint from any thread: its queued messages are withdrawn, a wait in it fails
-  /// with `errc::aborted` (`why`), and so do peers waiting for it and every later call.
+  /// with `errc::aborted` (`why`), and so do peers waiting for it and every later call (of every
+  /// view of this rank).
   void abort(const std::string& why) noexcept {
     if (!w_) return;
     try {
@@ -108,14 +142,16 @@ class inproc {
   /// Queues a descriptor of [src, src+n) for `peer`.
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
     check_peer(peer);
+    const int to = job_rank(peer);
+    id.fp.comm = comm_;
     posted_bytes_ += n;
     std::unique_lock lk(w_->m_);
     check_usable(lk);
-    if (w_->ranks_[peer].gone) peer_gone(lk, peer, "has left: this rank cannot send to it");
-    w_->box(rank_, peer).push_back({make_header(id, n), src});
+    if (w_->ranks_[to].gone) peer_gone(lk, to, "has left: this rank cannot send to it");
+    w_->box(me_, to).push_back({make_header(id, n), src});
     last_sent_ = id;
-    ++w_->ranks_[rank_].pending_sends;
-    w_->ranks_[peer].cv.notify_all();
+    ++w_->ranks_[me_].pending_sends[comm_];
+    w_->ranks_[to].cv.notify_all();
   }
 
   /// Copies the next message from `peer` into dst.
@@ -129,46 +165,57 @@ class inproc {
     take(peer, id, n, dl, [&](const std::byte* p) { consume(std::span<const std::byte>(p, n)); });
   }
 
-  /// Waits until every message this rank sent has been consumed.
+  /// Waits until every message this view sent has been consumed.
   void flush_sends(deadline dl) {
     std::unique_lock lk(w_->m_);
     check_usable(lk);
-    auto& me = w_->ranks_[rank_];
-    while (me.pending_sends != 0) {
+    auto& me = w_->ranks_[me_];
+    while (me.pending_sends[comm_] != 0) {
       if (me.gone) check_usable(lk);
       cross_check_sent(lk);
-      for (int p = 0; p < size(); ++p)
-        if (p != rank_ && w_->ranks_[p].gone && !w_->box(rank_, p).empty())
-          peer_gone(lk, p, "left before receiving this rank's data");
-      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends != 0)
-        fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends) + " message(s)");
+      for (int p = 0; p < size_; ++p) {
+        const int q = job_rank(p);
+        if (p != rank_ && w_->ranks_[q].gone && find(w_->box(me_, q)) != w_->box(me_, q).end())
+          peer_gone(lk, q, "left before receiving this rank's data");
+      }
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends[comm_] != 0)
+        fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends[comm_]) + " message(s)" + in_comm());
     }
   }
 
  private:
+  using box_t = std::deque<inproc_world::message>;
+  // The first message of this view in a mailbox.
+  box_t::iterator find(box_t& q) const {
+    return std::find_if(q.begin(), q.end(), [&](const inproc_world::message& m) { return m.h.fp.comm == comm_; });
+  }
+  std::string in_comm() const { return comm_ ? " in " + comm_label(comm_) : std::string(); }
+
   template <class F>
-  void take(int peer, message_id id, std::size_t n, deadline dl, F&& use) {
-    check_peer(peer);
+  void take(int peer_in, message_id id, std::size_t n, deadline dl, F&& use) {
+    check_peer(peer_in);
+    const int peer = job_rank(peer_in);
+    id.fp.comm = comm_;
     std::unique_lock lk(w_->m_);
     check_usable(lk);
-    auto& me = w_->ranks_[rank_];
+    auto& me = w_->ranks_[me_];
     auto& sender = w_->ranks_[peer];
-    auto& q = w_->box(peer, rank_);
-    while (q.empty()) {
+    auto& q = w_->box(peer, me_);
+    while (find(q) == q.end()) {
       if (me.gone) check_usable(lk);
       if (sender.gone) peer_gone(lk, peer, "left while this rank waited for its data");
-      for (int p = 0; p < size(); ++p) {  // any rank that failed with a mismatch or was aborted: fail now
+      for (int p = 0; p < w_->size(); ++p) {  // any rank that failed with a mismatch or was aborted: fail now
         if (w_->ranks_[p].gone && (w_->ranks_[p].kind == errc::mismatch || w_->ranks_[p].kind == errc::aborted))
           peer_gone(lk, p, "failed");
         if (p != peer) cross_check(lk, p, id);
       }
-      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && q.empty())
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && find(q) == q.end())
         fail(lk, errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
-                                    " (op #" + std::to_string(id.seq) + ")");
+                                    " (op #" + std::to_string(id.seq) + ")" + in_comm());
     }
-    inproc_world::message m = q.front();
+    inproc_world::message m = *find(q);
     try {
-      check_header(m.h, id, n, rank_, peer);
+      check_header(m.h, id, n, me_, peer);
     } catch (const error& e) {
       fail(lk, e.kind(), e.what());
     }
@@ -181,8 +228,8 @@ class inproc {
     if (--sender.readers == 0) sender.cv.notify_all();
     if (sender.gone)  // withdrawn while we copied: the sender failed, so must we
       peer_gone(lk, peer, "failed while this rank received its data");
-    q.pop_front();
-    if (--sender.pending_sends == 0) sender.cv.notify_all();
+    q.erase(find(q));
+    if (--sender.pending_sends[comm_] == 0) sender.cv.notify_all();
   }
 
   // A message of collective `id` waiting from rank `p` with another fingerprint is a mismatch now:
@@ -190,30 +237,33 @@ class inproc {
   // broadcast's root only send, and would wait for each other until the timeout; see
   // transport/mesh/diagnostics.ipp, cross_check). Point-to-point numbers are per pair and not compared.
   void cross_check(std::unique_lock<std::mutex>& lk, int p, const message_id& id) {
-    if (p == rank_ || id.tag == 0 || id.tag >= 0x80000000u || w_->box(p, rank_).empty()) return;
-    const frame_header& h = w_->box(p, rank_).front().h;
+    if (p == me_ || id.tag == 0 || id.tag >= 0x80000000u) return;
+    auto& q = w_->box(p, me_);
+    const auto it = find(q);
+    if (it == q.end()) return;
+    const frame_header& h = it->h;
     if (h.tag != id.tag || h.seq != id.seq || h.fp == id.fp) return;
     try {
-      check_header(h, id, static_cast<std::size_t>(h.bytes), rank_, p);
+      check_header(h, id, static_cast<std::size_t>(h.bytes), me_, p);
     } catch (const error& e) {
       fail(lk, e.kind(), e.what());
     }
   }
   // While this rank waits for its sends to be taken, the same check against its last message.
   void cross_check_sent(std::unique_lock<std::mutex>& lk) {
-    for (int p = 0; p < size(); ++p) cross_check(lk, p, last_sent_);
+    for (int p = 0; p < w_->size(); ++p) cross_check(lk, p, last_sent_);
   }
 
   // Withdraws this rank's queued messages, marks it gone (waking every waiter) and waits until no
   // receiver is still copying from its memory. Called with the world lock held.
   void withdraw(std::unique_lock<std::mutex>& lk, errc kind, const std::string& why) {
-    auto& me = w_->ranks_[rank_];
+    auto& me = w_->ranks_[me_];
     if (!me.gone) {
       me.gone = true;
       me.kind = kind;
       me.why = why;
-      for (int p = 0; p < size(); ++p) w_->box(rank_, p).clear();
-      me.pending_sends = 0;
+      for (int p = 0; p < w_->size(); ++p) w_->box(me_, p).clear();
+      me.pending_sends.clear();
       for (auto& r : w_->ranks_) r.cv.notify_all();
     }
     while (me.readers > 0) me.cv.wait(lk);
@@ -234,7 +284,7 @@ class inproc {
     fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " " + what);
   }
   void check_usable(std::unique_lock<std::mutex>& lk) {
-    auto& me = w_->ranks_[rank_];
+    auto& me = w_->ranks_[me_];
     if (me.gone) {
       std::string m = me.kind == errc::aborted ? me.why : who() + "communicator unusable after an earlier error: " + me.why;
       lk.unlock();
@@ -245,10 +295,16 @@ class inproc {
     if (peer < 0 || peer >= size() || peer == rank_)
       throw error(errc::invalid_argument, who() + "invalid peer rank " + std::to_string(peer));
   }
-  std::string who() const { return "rank " + std::to_string(rank_) + ": "; }
+  std::string who() const { return "rank " + std::to_string(me_) + ": "; }
 
   std::shared_ptr<inproc_world> w_;
-  int rank_;
+  int me_;     // rank in the world
+  int rank_;   // rank in this view
+  int size_;
+  std::vector<int> world_;  // this view's ranks in the world (empty: the world itself)
+  std::uint64_t comm_ = 0;
+  std::shared_ptr<const topology> topo_;  // a split view's placement
+  std::shared_ptr<char> life_;            // shared by the rank's views: the last one leaves
   std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send
   message_id last_sent_{};  // the last message posted (for cross_check_sent)
 };

@@ -8,13 +8,13 @@
 ///   [segment_header: magic, geometry, r's doorbell]                      4 KiB
 ///   [ring from local rank 0] [ring from local rank 1] ... [from L-1]     L x (128 B + ring_bytes)
 /// The ring "from local rank j" is written by j and read by r: r's inbound traffic lives in r's
-/// own memory. A message occupies [8-byte stamp][40-byte frame header][payload], starting on a
+/// own memory. A message occupies [8-byte stamp][48-byte frame header][payload], starting on a
 /// 64-byte boundary of the ring; payload bytes start 8-byte aligned, so pieces whose length is a
 /// multiple of an element size (1, 2, 4 or 8) never split an element at the ring's wrap point
 /// (ring_bytes is a multiple of 64).
 ///
 /// The stamp: the producer writes the header and the payload's first bytes (`stamped_payload`:
-/// up to 976, as far as the ring's end), then stores the stamp (release), then publishes `head`.
+/// up to 968, as far as the ring's end), then stores the stamp (release), then publishes `head`.
 /// A consumer waiting for a message polls the stamp slot where the message will start, not
 /// `head`: the stamp shares a cache line with the header and a small payload, so one cache line
 /// crosses cores per small message instead of two in a row (the control line holding `head`, then
@@ -74,7 +74,7 @@ namespace gsync::transport::shm {
 /// Wait/wake word of one rank, in its segment (see file comment).
 struct alignas(64) doorbell {
   std::atomic<std::uint32_t> bell{0};      ///< bumped on every event the owner may wait for
-  std::atomic<std::uint32_t> sleepers{0};  ///< 1 while the owner is (about to be) asleep on `bell`
+  std::atomic<std::uint32_t> sleepers{0};  ///< threads of the owner (about to be) asleep on `bell` (several: shared mode)
   std::atomic<std::uint32_t> failed{0};    ///< 1 once the owner has failed: peers stop waiting for it
 };
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && sizeof(std::atomic<std::uint32_t>) == 4);
@@ -115,7 +115,7 @@ inline void notify(doorbell& d, bool light = false) noexcept {
 /// producers' `notify`), the fence is membarrier(GLOBAL_EXPEDITED): a barrier on every CPU running
 /// a registered process.
 inline std::uint32_t arm(doorbell& d, bool light = false) noexcept {
-  d.sleepers.store(1, std::memory_order_seq_cst);
+  d.sleepers.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 #ifdef SYS_membarrier
   if (light) ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
@@ -123,18 +123,18 @@ inline std::uint32_t arm(doorbell& d, bool light = false) noexcept {
   return d.bell.load(std::memory_order_seq_cst);
 }
 
-/// Sleeps until `bell` differs from `seen`, a wake, or `ms` milliseconds; then clears `sleepers`.
+/// Sleeps until `bell` differs from `seen`, a wake, or `ms` milliseconds; then withdraws from `sleepers`.
 /// Returns true when the sleep lasted the whole `ms` (nobody rang).
 inline bool sleep(doorbell& d, std::uint32_t seen, int ms) noexcept {
   timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
   const long rc = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&d.bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
   const bool timed_out = rc != 0 && errno == ETIMEDOUT;
-  d.sleepers.store(0, std::memory_order_relaxed);
+  d.sleepers.fetch_sub(1, std::memory_order_relaxed);
   return timed_out;
 }
 
 /// Cancels an `arm` without sleeping.
-inline void disarm(doorbell& d) noexcept { d.sleepers.store(0, std::memory_order_relaxed); }
+inline void disarm(doorbell& d) noexcept { d.sleepers.fetch_sub(1, std::memory_order_relaxed); }
 
 /// Control words of one ring; head and tail on separate cache lines (no false sharing).
 struct ring_ctl {
@@ -145,7 +145,7 @@ struct ring_ctl {
 static_assert(sizeof(ring_ctl) == 128);
 
 /// Bytes of a message's stamp and frame header in the ring (the payload follows at once).
-inline constexpr std::size_t header_slot = 48;
+inline constexpr std::size_t header_slot = 56;
 /// Offset of the frame header in a message (after the stamp).
 inline constexpr std::size_t header_offset = 8;
 /// Most payload bytes written before a message's stamp (header and payload within 1 KiB).
@@ -162,7 +162,7 @@ constexpr std::uint64_t stamp_of(std::uint64_t start, std::uint64_t key) noexcep
 /// ones, up to stamped_payload_max, as far as the end of a ring of `cap` bytes (the producer
 /// writes them before the stamp, the consumer reads them without looking at `head`).
 constexpr std::size_t stamped_payload(std::uint64_t start, std::size_t n, std::uint64_t cap) noexcept {
-  const std::uint64_t to_end = cap - (start + header_slot) % cap;  // >= 16: a header never wraps
+  const std::uint64_t to_end = cap - (start + header_slot) % cap;  // >= 8: a header never wraps (starts are 64-aligned)
   return static_cast<std::size_t>(std::min<std::uint64_t>({n, stamped_payload_max, to_end}));
 }
 

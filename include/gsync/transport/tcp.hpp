@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/concepts.hpp"
@@ -35,7 +36,13 @@ namespace gsync::transport {
 class host_mesh;
 
 /// TCP / shared-memory transport endpoint of one rank. Satisfies `transport_policy`,
-/// `send_progress_transport`, `counting_transport`, and can be aborted from another thread.
+/// `send_progress_transport`, `counting_transport`, `splittable_transport`, and can be aborted
+/// from another thread.
+///
+/// An endpoint is a view of the rank's connections (transport/mesh/host_mesh.hpp): the one made
+/// by joining the job spans every rank of it; `split` makes others over a subset of the ranks
+/// that share the same connections (numbered 0..k-1 in the order given), each stamping its own
+/// identity on its frames, so that several may be used at once, from different threads.
 class tcp {
  public:
   /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh. Every
@@ -46,12 +53,21 @@ class tcp {
   GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
   tcp(const tcp&) = delete;
   tcp& operator=(const tcp&) = delete;
-  /// Closes the connections; rank 0, which serves the store, first waits (bounded) until the
-  /// others have left.
+  /// Leaves the connections to the other views sharing them; the last one closes them (rank 0,
+  /// which serves the store, first waits, bounded, until the others have left).
   GSYNC_DECL ~tcp();
 
+  /// A view of the same connections over `members` (ranks of this view, this rank among them,
+  /// no repeats): rank i of the new view is `members[i]` here. `comm` is the new view's identity
+  /// on the wire (not 0, the same on every member, different from every other view's of the job).
+  GSYNC_DECL std::unique_ptr<tcp> split(const std::vector<int>& members, std::uint64_t comm) const;
+  /// The view's identity on the wire (0: the job's world).
+  std::uint64_t comm_id() const noexcept { return comm_; }
+  /// Rank of this view's rank `r` in the job (the world view's numbering, used in messages).
+  int job_rank(int r) const noexcept { return world_.empty() ? r : world_[static_cast<std::size_t>(r)]; }
+
   int rank() const noexcept { return rank_; }  ///< this rank
-  int size() const noexcept { return size_; }  ///< world size
+  int size() const noexcept { return size_; }  ///< ranks of this view
   /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
   std::string_view name() const noexcept { return name_; }
   /// What the links between ranks of one host cost (`costed_transport`), the same on every rank:
@@ -60,7 +76,7 @@ class tcp {
   const link_costs& local_costs() const noexcept { return *local_; }
   /// Which rank runs on which host (from every rank's host identity), and the measured links.
   const topology& topo() const noexcept { return *topo_; }
-  /// Ranks on this host (including this one), from the host identities.
+  /// Ranks of this view on this host (including this one), from the host identities.
   GSYNC_DECL int local_size() const noexcept;
   /// True when `peer` is reached through shared memory.
   GSYNC_DECL bool is_shm_peer(int peer) const noexcept;
@@ -78,12 +94,14 @@ class tcp {
   /// in the store for the peers (through a connection of its own, a few seconds at most), then
   /// shuts every connection down and rings the doorbells: the waiting thread wakes and fails with
   /// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
-  /// reporting the abort. Idempotent.
+  /// reporting the abort. Idempotent. The connections are shared: every view of them (every
+  /// communicator split from the same job on this rank) is aborted with it.
   GSYNC_DECL void abort(const std::string& why) noexcept;
 
-  /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
-  /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
-  GSYNC_DECL std::uint64_t payload_bytes_posted() const noexcept;
+  /// Payload bytes handed to post_send so far through this view (frame headers not counted): what
+  /// this rank sent, counted, for reports such as the gradient layer's bytes on the wire
+  /// (`counting_transport`).
+  std::uint64_t payload_bytes_posted() const noexcept { return posted_; }
 
   /// Queues [src, src+n) for `peer` and hands what the link takes now to it.
   GSYNC_DECL void post_send(int peer, message_id id, const std::byte* src, std::size_t n);
@@ -93,7 +111,7 @@ class tcp {
   /// `align` (from the staging buffer, or straight from the shared-memory ring).
   GSYNC_DECL void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                               detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl);
-  /// Blocks until every queued send no longer needs its source bytes.
+  /// Blocks until every send queued through this view no longer needs its source bytes.
   GSYNC_DECL void flush_sends(deadline dl);
   /// Hands queued sends to the links as far as they take them now, without waiting.
   GSYNC_DECL void progress_sends();
@@ -102,12 +120,26 @@ class tcp {
   GSYNC_DECL void op_finished() noexcept;
 
  private:
-  std::unique_ptr<host_mesh> m_;
+  tcp() = default;
+  // This view's rank `peer` in the job, checked.
+  int to_job(int peer) const {
+    if (world_.empty()) return peer;
+    if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
+    return world_[static_cast<std::size_t>(peer)];
+  }
+  [[noreturn]] GSYNC_DECL void bad_peer(int peer) const;
+
+  std::shared_ptr<host_mesh> m_;
+  std::vector<int> world_;  // this view's ranks in the job (empty: the world view itself)
+  std::uint64_t comm_ = 0;  // identity on the wire (0: the world)
   int rank_ = 0;
   int size_ = 0;
   std::string_view name_;
   const topology* topo_ = nullptr;
   const link_costs* local_ = nullptr;
+  std::shared_ptr<const topology> own_topo_;  // a split view's placement
+  std::shared_ptr<std::byte[]> staging_;     // a split view's staging buffer (the world's is the mesh's)
+  std::uint64_t posted_ = 0;
 };
 
 }  // namespace gsync::transport

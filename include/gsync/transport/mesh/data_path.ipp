@@ -11,9 +11,10 @@ namespace gsync::transport {
 
 /// Queues [src, src+n) for `peer` and hands over what its data link takes now.
 inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
+  call_lock g(*this);
   check_usable();
   posted_bytes_ += n;
-  if (id.tag < 0x80000000u) cur_op_ = id.seq;
+  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   const frame_header h = make_header(id, n);
   with_link(peer, [&]<class L>(L& l) {
@@ -29,12 +30,20 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
 inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
+  call_lock g(*this);
   check_usable();
-  if (id.tag < 0x80000000u) cur_op_ = id.seq;
+  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
+  read_claim claim;
+  if (g.locked()) {
+    if (const long at = claim_read(peer, id, dl); at >= 0)
+      return take_stashed(peer, at, id, n, [&](const std::byte* p) { if (n) std::memcpy(dst, p, n); });
+    claim.m = this, claim.peer = peer;
+  }
   with_link(peer, [&](auto& l) {
     frame_header h;
-    const std::size_t got = take_header(peer, l, h, dst, n, dl, id);  // payload bytes that came with it
+    // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
+    const std::size_t got = take_header(peer, l, h, dst, g.locked() ? 0 : n, dl, id);  // payload bytes that came with it
     check(h, id, n, peer, dst, got);
     take_payload(peer, l, dst + got, n - got, 1, nullptr, dl, id);
   });
@@ -44,38 +53,126 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
 /// `align`: where they lie in the link when it reads in place (a shared-memory ring: the
 /// reduction reads the peer's bytes there), else through the staging buffer.
 inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
-                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
+                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl, std::byte* staging) {
+  call_lock g(*this);
   check_usable();
-  if (id.tag < 0x80000000u) cur_op_ = id.seq;
+  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   if (align == 0 || align > opt_.staging_bytes) align = 1;
+  read_claim claim;
+  // Shared mode: the reduction runs with the endpoint unlocked (this thread alone reads the
+  // peer's stream, so the piece it reads stays put).
+  auto outside = [&](std::span<const std::byte> piece) { unlocked([&] { consume(piece); }); };
+  detail::function_ref<void(std::span<const std::byte>)> use = consume;
+  if (g.locked()) {
+    if (const long at = claim_read(peer, id, dl); at >= 0)
+      return take_stashed(peer, at, id, n, [&](const std::byte* p) { outside(std::span<const std::byte>(p, n)); });
+    claim.m = this, claim.peer = peer;
+    use = outside;
+  }
   with_link(peer, [&]<class L>(L& l) {
     if constexpr (link_traits<L>::reads_in_place) {
       frame_header h;
       take_header(peer, l, h, nullptr, 0, dl, id);
       check(h, id, n, peer, nullptr, 0);
       if (link_traits<L>::payload_align % align != 0) align = 1;  // pieces must not straddle the link's wrap
-      take_payload(peer, l, nullptr, n, align, &consume, dl, id);
+      take_payload(peer, l, nullptr, n, align, &use, dl, id);
     } else {
-      recv_staged(peer, l, id, n, align, consume, dl);
+      recv_staged(peer, l, id, n, align, use, dl, staging ? staging : staging_.get());
     }
   });
 }
 
-/// Writes out every queued send (the kernel then owns the bytes).
-inline void host_mesh::flush_sends(deadline dl) {
+/// Writes out every queued send of communicator `comm` (the kernel then owns the bytes).
+inline void host_mesh::flush_sends(deadline dl, std::uint64_t comm) {
+  call_lock g(*this);
   check_usable();
-  while (queued_ > 0) wait_progress(-1, dl, message_id{});
+  if (!g.locked()) {
+    while (queued_ > 0) wait_progress(-1, dl, message_id{});
+    return;
+  }
+  // Shared mode: only this communicator's frames count (another's may wait for a peer that is
+  // busy elsewhere).
+  message_id id{};
+  id.fp.comm = comm;
+  while (queued_of(comm) > 0) wait_progress(-1, dl, id);
 }
 
 /// Hands queued sends to every data link as far as they take them now, without waiting: a
 /// schedule that computes between messages calls it so that its links keep moving (see
 /// `send_progress_transport`).
 inline void host_mesh::progress_sends() {
+  call_lock g(*this);
   check_usable();
   if (queued_ == 0) return;
   pump_descriptors();
   pump_doorbells();
+}
+
+// Frames of communicator `comm` queued and not fully handed over, all peers (shared mode).
+inline std::size_t host_mesh::queued_of(std::uint64_t comm) {
+  if (queued_ == 0) return 0;
+  std::size_t k = 0;
+  for (auto& c : peers_)
+    for (const send_op& op : c.q())
+      if (op.h.fp.comm == comm) ++k;
+  return k;
+}
+
+inline long host_mesh::claim_read(int peer, message_id id, deadline dl) {
+  auto& c = peers_[static_cast<std::size_t>(peer)];
+  for (;;) {
+    for (std::size_t i = 0; i < c.inbox.size(); ++i)
+      if (c.inbox[i].h.fp.comm == id.fp.comm) return static_cast<long>(i);
+    if (!c.reading) {
+      c.reading = true;
+      return -1;
+    }
+    // Another thread reads this peer's stream; it sets a frame of ours aside if it meets one.
+    if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
+    check_usable();
+    if (std::chrono::steady_clock::now() >= dl) timed_out(peer, id);
+    cv_.wait_for(*my_lock(), std::chrono::milliseconds(50));
+  }
+}
+
+inline void host_mesh::release_read(int peer) noexcept {
+  peers_[static_cast<std::size_t>(peer)].reading = false;
+  cv_.notify_all();
+}
+
+// Delivers the frame set aside at `at` in `peer`'s inbox (checked against id and n) to
+// `deliver(bytes)`, then drops it.
+template <class F>
+inline void host_mesh::take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver) {
+  auto& box = peers_[static_cast<std::size_t>(peer)].inbox;
+  stashed s = std::move(box[static_cast<std::size_t>(at)]);
+  box.erase(box.begin() + at);
+  check(s.h, id, n, peer, s.data.data(), s.data.size());
+  deliver(s.data.data());
+}
+
+// Shared mode: `h`, just read off `peer`'s stream, belongs to another communicator: its payload
+// (the `got` bytes read with the header, then the rest) is set aside whole in the peer's inbox.
+template <class L>
+inline void host_mesh::set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl,
+                                 message_id id) {
+  if (got > h.bytes || h.bytes > (std::uint64_t{1} << 42))
+    fail(errc::mismatch, "rank " + std::to_string(rank_) + ": a frame of " + comm_label(h.fp.comm) + " from rank " +
+                             std::to_string(peer) + " (" + std::to_string(h.bytes) + " bytes) came while " +
+                             describe_message(id.tag, id.seq, id.fp) + " in " + comm_label(id.fp.comm) +
+                             " was read with its header: the communicator was created on this rank after its peers used it?");
+  stashed s{h, std::vector<std::byte>(static_cast<std::size_t>(h.bytes))};
+  if (got) std::memcpy(s.data.data(), got_bytes, got);
+  take_payload(peer, l, s.data.data() + got, s.data.size() - got, 1, nullptr, dl, id);
+  peers_[static_cast<std::size_t>(peer)].inbox.push_back(std::move(s));
+  cv_.notify_all();
+}
+
+inline void host_mesh::forget_comm(std::uint64_t comm) {
+  call_lock g(*this);
+  for (auto& c : peers_)
+    std::erase_if(c.inbox, [&](const stashed& s) { return s.h.fp.comm == comm; });
 }
 
 }  // namespace gsync::transport

@@ -16,15 +16,15 @@ namespace gsync::transport {
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].q().empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
   const auto now = std::chrono::steady_clock::now();
-  const double waited = (id.seq == stall_.seq && id.tag == stall_.tag)
-                            ? std::chrono::duration<double>(now - stall_.since).count() : 0.0;
-  char w[32];
-  std::snprintf(w, sizeof w, "%.1f", waited);
-  std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " (" +
-                    std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out after waiting " + w + " s for " + what +
+  const bool tracked = id.fp.comm == 0 && id.seq == stall_.seq && id.tag == stall_.tag;
+  char w[48] = " waiting";
+  if (tracked) std::snprintf(w, sizeof w, " after waiting %.1f s", std::chrono::duration<double>(now - stall_.since).count());
+  std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) +
+                    (id.fp.comm ? " in " + comm_label(id.fp.comm) : std::string()) + " (" +
+                    std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out" + w + " for " + what +
                     (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
   if (id.tag >= 0x80000000u) msg += p2p_wait_hint(in_peer);
-  else if (id.seq != 0) {
+  else if (id.seq != 0 && id.fp.comm == 0) {
     if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
     msg += behind_report(id.seq, now + std::chrono::seconds(1));
   }
@@ -175,14 +175,14 @@ inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::stea
   if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag) return;
   if (now - stall_.since < std::chrono::milliseconds(100)) return;
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || p == in_peer) continue;
+    if (p == rank_ || p == in_peer || peers_[p].reading) continue;  // (shared mode: another thread reads p)
     frame_header h;
     if (!with_link(p, [&](auto& l) { return l.peek_header(h); })) continue;
     if (h.magic == notice_magic) {  // consume and report it
       with_link(p, [&](auto& l) { take_header(p, l, h, nullptr, 0, std::chrono::steady_clock::now() + std::chrono::seconds(1), id); });
       on_notice(p, h, nullptr, 0, id);
     }
-    if (h.magic == frame_magic && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))
+    if (h.magic == frame_magic && h.fp.comm == id.fp.comm && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))
       check(h, id, static_cast<std::size_t>(h.bytes), p, nullptr, 0);
   }
 }

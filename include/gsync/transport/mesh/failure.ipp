@@ -38,8 +38,9 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   for (auto& p : peers_) p.tcp().shutdown();
   if (shm_endpoint* own = bell_owner()) {
     own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
-    own->bell().sleepers.store(1, std::memory_order_relaxed);  // force the wake-up of our own sleeper
+    own->bell().sleepers.fetch_add(1, std::memory_order_relaxed);  // force the wake-up of our own sleepers
     shm::notify(own->bell());
+    own->bell().sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
@@ -153,7 +154,9 @@ inline void host_mesh::check_bell_peers(int in_peer, message_id id) {
 // message does not involve, is met (as a closed stream) when it is next needed.
 inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   peers_[peer].tcp().mark_closed();
-  if (id.tag >= 0x80000000u || id.seq == 0) return;
+  // Operation numbers of other communicators than the world cannot be compared with the
+  // record's: such a wait meets the peer's loss when it next needs the peer.
+  if (id.tag >= 0x80000000u || id.seq == 0 || id.fp.comm != 0) return;
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     if (!store_->check(failed_key(peer), d)) return;
@@ -214,9 +217,9 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
       while (!abort_recorded_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    broken_ = true;
     broken_kind_ = kind;
     broken_msg_ = msg;
+    broken_.store(true, std::memory_order_release);
     if (kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) {  // abort() recorded its own
       try {
         const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -235,7 +238,11 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     }
     queued_ = 0;
     bell_queued_ = 0;
-    if (shm_endpoint* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
+    if (shm_endpoint* own = bell_owner()) {
+      own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
+      if (my_lock()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it
+    }
+    if (my_lock()) cv_.notify_all();
     log_.warn(msg);
   }
   throw error(kind, msg);

@@ -58,6 +58,14 @@
 /// `abort(reason)` may come from any thread: it records the abort through a store connection of
 /// its own, then shuts the sockets down and rings the doorbells, which wakes this rank's wait.
 ///
+/// Sharing: communicators split from the job's (`transport::tcp::split`) are views of this one
+/// endpoint; each stamps its identity on its frames (`fingerprint::comm`). From the first split
+/// on (`share()`), every call holds the endpoint's lock except while it waits or a reduction
+/// consumes a piece, one thread at a time reads a peer's stream, and a reader that meets a frame
+/// of another communicator copies it aside whole into the peer's inbox, where its owner takes it
+/// first (per peer and communicator, the order of the stream is kept). A failure breaks the
+/// endpoint, so every view of it.
+///
 /// Timeouts name the call (kind, arguments, bytes), how long it waited, for which peers, and,
 /// from the store's progress records (which a waiting rank publishes after half its timeout or
 /// half of GSYNC_STALL_WARN_S), which ranks had not reached the operation.
@@ -72,6 +80,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -153,19 +162,41 @@ class host_mesh {
   /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
   std::uint64_t payload_bytes_posted() const noexcept { return posted_bytes_; }
 
-  // The data path (data_path.ipp); see transport_policy in core/concepts.hpp.
+  // The data path (data_path.ipp); see transport_policy in core/concepts.hpp. Peers are ranks
+  // of the job; `id.fp.comm` names the communicator (0: the world). `staging`: the calling
+  // communicator's staging buffer of opt().staging_bytes (null: the endpoint's own, the world's).
   void post_send(int peer, message_id id, const std::byte* src, std::size_t n);
   void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl);
   void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
-                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl);
-  void flush_sends(deadline dl);
+                   detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl, std::byte* staging = nullptr);
+  /// Blocks until no queued send of communicator `comm` needs its source bytes any more.
+  void flush_sends(deadline dl, std::uint64_t comm = 0);
   void progress_sends();
+
+  /// From now on several communicators share this endpoint (`transport::tcp::split`), possibly
+  /// from several threads: every call then takes the endpoint's lock (see `call_lock`).
+  void share() noexcept { multi_.store(true, std::memory_order_release); }
+  /// Drops the frames set aside for communicator `comm` (it was destroyed).
+  void forget_comm(std::uint64_t comm);
+  /// The settings in force.
+  const tcp_options& options() const noexcept { return opt_; }
 
   /// Called when an operation has ended: a stall record it published is withdrawn at once, so
   /// that a rank busy outside gsync afterwards is not reported as stuck in it.
-  void op_finished() noexcept { withdraw_stall_record(); }
+  void op_finished() noexcept {
+    try {
+      call_lock g(*this);
+      withdraw_stall_record();
+    } catch (...) {
+    }
+  }
 
  private:
+  // A frame of another communicator than the reader's, set aside whole for its owner.
+  struct stashed {
+    frame_header h;
+    std::vector<std::byte> data;
+  };
   // One peer: one link of each type in `links`, of which the one at `via` carries the data.
   // The TCP link is connected for every peer; when another carries the data, the TCP connection
   // stays open, silent, as the liveness signal (see file comment).
@@ -173,6 +204,8 @@ class host_mesh {
     links::links l;
     std::uint8_t via = static_cast<std::uint8_t>(links::index_of<tcp_link>);  // the data link
     link_wait wait = link_wait::descriptor;  // how the data link is waited for (its link_traits)
+    std::deque<stashed> inbox;  // whole frames of other communicators read off the link (shared mode)
+    bool reading = false;              // a thread is reading a frame off the link (shared mode)
     tcp_link& tcp() noexcept { return std::get<tcp_link>(l); }  // the mesh's own connection
     const tcp_link& tcp() const noexcept { return std::get<tcp_link>(l); }
     bool by_doorbell() const noexcept { return wait == link_wait::doorbell; }
@@ -180,6 +213,102 @@ class host_mesh {
       return links::visit(via, l, [](auto& k) -> std::deque<send_op>& { return k.q; });
     }
   };
+  // Shared mode (share(): several communicators, perhaps several threads): every entry point
+  // holds mu_ except while it waits (poll, doorbell sleep, spin, yield) or a reduction consumes a
+  // piece; one thread at a time reads a peer's stream (peer_conn::reading) and sets frames of
+  // other communicators aside in the peer's inbox, whole, for their owners (cv_ tells them).
+  // Before share() nothing is locked: one communicator, one thread at a time, as before.
+  class call_lock {
+   public:
+    explicit call_lock(host_mesh& m) {
+      if (!m.multi_.load(std::memory_order_acquire)) return;
+      slot& h = held();
+      if (h.m == &m) return;  // already held by this thread
+      lk_ = std::unique_lock<std::mutex>(m.mu_);
+      prev_ = h;
+      h = slot{&m, &lk_};
+      set_ = true;
+    }
+    call_lock(const call_lock&) = delete;
+    call_lock& operator=(const call_lock&) = delete;
+    ~call_lock() {
+      if (set_) held() = prev_;
+    }
+    bool locked() const noexcept { return set_; }
+
+   private:
+    friend class host_mesh;
+    struct slot {
+      const host_mesh* m = nullptr;
+      std::unique_lock<std::mutex>* lk = nullptr;
+    };
+    static slot& held() noexcept {
+      static thread_local slot s;
+      return s;
+    }
+    std::unique_lock<std::mutex> lk_;
+    slot prev_{};
+    bool set_ = false;
+  };
+  // The lock this thread holds on this endpoint (shared mode), else null.
+  std::unique_lock<std::mutex>* my_lock() const noexcept {
+    const auto& h = call_lock::held();
+    return h.m == this && h.lk && h.lk->owns_lock() ? h.lk : nullptr;
+  }
+  // Runs f with this thread's lock on the endpoint released (if it holds it).
+  template <class F>
+  void unlocked(F&& f) {
+    std::unique_lock<std::mutex>* l = my_lock();
+    if (!l) {
+      f();
+      return;
+    }
+    l->unlock();
+    struct relock {
+      std::unique_lock<std::mutex>* l;
+      ~relock() { l->lock(); }
+    } again{l};
+    f();
+  }
+  // One pause of a spin, the lock released meanwhile in shared mode.
+  void relax() noexcept {
+    if (std::unique_lock<std::mutex>* l = my_lock()) {
+      l->unlock();
+      cpu_relax();
+      l->lock();
+    } else {
+      cpu_relax();
+    }
+  }
+  // Shared mode: waits until this thread may read `peer`'s stream; returns the index in the
+  // peer's inbox of a frame of `id`'s communicator set aside by another reader (to be taken
+  // first), or -1 after marking the stream as read by this thread (read_claim releases it).
+  long claim_read(int peer, message_id id, deadline dl);
+  struct read_claim {
+    host_mesh* m = nullptr;
+    int peer = -1;
+    read_claim() = default;
+    read_claim(const read_claim&) = delete;
+    read_claim& operator=(const read_claim&) = delete;
+    ~read_claim() {
+      if (m) m->release_read(peer);
+    }
+  };
+  void release_read(int peer) noexcept;
+  template <class F>
+  void take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver);
+  template <class L>
+  void set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
+  std::size_t queued_of(std::uint64_t comm);
+  struct poll_set {
+    std::vector<pollfd> fds;
+    std::vector<int> idx;
+  };
+  static poll_set& polls() noexcept {  // per thread: waits of several threads may overlap
+    static thread_local poll_set p;
+    return p;
+  }
+
   struct hello {
     std::uint32_t magic = 0x48595347u;  // "GSYH"
     std::uint32_t version = 1;
@@ -219,7 +348,7 @@ class host_mesh {
   std::size_t take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id);
   template <class L>
   void recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
-                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl);
+                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage);
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
   // This rank's shared-memory endpoint when it has a segment (its doorbell is where waits on
   // doorbell links sleep), else null.
@@ -283,7 +412,7 @@ class host_mesh {
     if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
   }
   void check_usable() {
-    if (broken_ || aborted_.load(std::memory_order_acquire)) [[unlikely]] unusable();
+    if (broken_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire)) [[unlikely]] unusable();
   }
   static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
   static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
@@ -322,9 +451,7 @@ class host_mesh {
   std::vector<int> bell_peers_;          // peers whose data link is waited for by doorbell
   static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
-  std::vector<pollfd> pfds_;
-  std::vector<int> pidx_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // set last by fail(), after kind and message (read unlocked)
   errc broken_kind_ = errc::system;
   std::string broken_msg_;
   std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
@@ -334,6 +461,9 @@ class host_mesh {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
   std::string abort_msg_;
+  std::atomic<bool> multi_{false};  // shared mode (share())
+  std::mutex mu_;                   // shared mode: the endpoint's state
+  std::condition_variable cv_;      // shared mode: a stream's reader let go, or a frame was set aside
 };
 
 }  // namespace gsync::transport

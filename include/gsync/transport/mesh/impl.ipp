@@ -19,27 +19,76 @@ namespace gsync::transport {
 GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log)
     : tcp(li, timeout, std::move(log), detail::tcp_options_from_env()) {}
 GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
-    : m_(std::make_unique<host_mesh>(li, timeout, std::move(log), std::move(opt))),
+    : m_(std::make_shared<host_mesh>(li, timeout, std::move(log), std::move(opt))),
       rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()), local_(&m_->local_costs()) {}
-GSYNC_DECL tcp::~tcp() = default;
+GSYNC_DECL tcp::~tcp() {
+  if (comm_ != 0 && m_) m_->forget_comm(comm_);
+}
 
-GSYNC_DECL int tcp::local_size() const noexcept { return m_->local_size(); }
-GSYNC_DECL bool tcp::is_shm_peer(int peer) const noexcept { return m_->is_shm_peer(peer); }
+GSYNC_DECL std::unique_ptr<tcp> tcp::split(const std::vector<int>& members, std::uint64_t comm) const {
+  if (comm == 0) throw error(errc::invalid_argument, "tcp::split: communicator id 0 is the world's");
+  std::unique_ptr<tcp> v(new tcp());
+  v->m_ = m_;
+  v->comm_ = comm;
+  v->world_.reserve(members.size());
+  v->rank_ = -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    if (r < 0 || r >= size_) throw error(errc::invalid_argument, "tcp::split: rank " + std::to_string(r) + " is not in the communicator");
+    if (r == rank_) v->rank_ = static_cast<int>(i);
+    v->world_.push_back(job_rank(r));
+  }
+  if (v->rank_ < 0) throw error(errc::invalid_argument, "tcp::split: this rank is not among the members");
+  v->size_ = static_cast<int>(members.size());
+  v->name_ = name_;
+  v->local_ = local_;
+  v->own_topo_ = std::make_shared<const topology>(m_->topo().subset(v->world_));
+  v->topo_ = v->own_topo_.get();
+  v->staging_ = std::shared_ptr<std::byte[]>(new (std::align_val_t{64}) std::byte[m_->options().staging_bytes],
+                                             [](std::byte* p) { ::operator delete[](p, std::align_val_t{64}); });
+  m_->share();
+  return v;
+}
+
+[[noreturn]] GSYNC_DECL void tcp::bad_peer(int peer) const {
+  throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer) +
+                                          " (communicator of " + std::to_string(size_) + " ranks)");
+}
+
+GSYNC_DECL int tcp::local_size() const noexcept {
+  if (world_.empty()) return m_->local_size();
+  return static_cast<int>(topo_->ranks_on(topo_->host_of(rank_)).size());
+}
+GSYNC_DECL bool tcp::is_shm_peer(int peer) const noexcept {
+  if (peer < 0 || peer >= size_) return false;
+  return m_->is_shm_peer(job_rank(peer));
+}
 GSYNC_DECL bool tcp::shm_asymmetric_fences() const noexcept { return m_->shm_asymmetric_fences(); }
 GSYNC_DECL std::uint64_t tcp::shm_late_wakeups() const noexcept { return m_->shm_late_wakeups(); }
-GSYNC_DECL std::uint64_t tcp::shm_read_position(int peer) const noexcept { return m_->shm_read_position(peer); }
+GSYNC_DECL std::uint64_t tcp::shm_read_position(int peer) const noexcept {
+  return peer >= 0 && peer < size_ ? m_->shm_read_position(job_rank(peer)) : 0;
+}
 GSYNC_DECL bootstrap::store_client& tcp::store() { return m_->store(); }
 GSYNC_DECL void tcp::abort(const std::string& why) noexcept { m_->abort(why); }
-GSYNC_DECL std::uint64_t tcp::payload_bytes_posted() const noexcept { return m_->payload_bytes_posted(); }
 
-GSYNC_DECL void tcp::post_send(int peer, message_id id, const std::byte* src, std::size_t n) { m_->post_send(peer, id, src, n); }
-GSYNC_DECL void tcp::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) { m_->recv(peer, id, dst, n, dl); }
+GSYNC_DECL void tcp::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
+  id.fp.comm = comm_;
+  m_->post_send(to_job(peer), id, src, n);
+  posted_ += n;
+}
+GSYNC_DECL void tcp::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
+  id.fp.comm = comm_;
+  m_->recv(to_job(peer), id, dst, n, dl);
+}
 GSYNC_DECL void tcp::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                                  detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
-  m_->recv_stream(peer, id, n, align, consume, dl);
+  id.fp.comm = comm_;
+  m_->recv_stream(to_job(peer), id, n, align, consume, dl, staging_.get());
 }
-GSYNC_DECL void tcp::flush_sends(deadline dl) { m_->flush_sends(dl); }
+GSYNC_DECL void tcp::flush_sends(deadline dl) { m_->flush_sends(dl, comm_); }
 GSYNC_DECL void tcp::progress_sends() { m_->progress_sends(); }
-GSYNC_DECL void tcp::op_finished() noexcept { m_->op_finished(); }
+GSYNC_DECL void tcp::op_finished() noexcept {
+  if (comm_ == 0) m_->op_finished();
+}
 
 }  // namespace gsync::transport

@@ -84,7 +84,14 @@ inline std::size_t host_mesh::take_header(int peer, L& l, frame_header& h, std::
                                           message_id id) {
   for (;;) {
     const link_io io = l.try_header(h, dst, n);
-    if (io.done) return io.bytes;
+    if (io.done) {
+      // A frame of another communicator sharing the link: set aside for its owner (see call_lock).
+      if (h.magic == frame_magic && h.fp.comm != id.fp.comm) [[unlikely]] {
+        set_aside(peer, l, h, dst, io.bytes, dl, id);
+        continue;
+      }
+      return io.bytes;
+    }
     if (io.err) lost_while_receiving(peer, id, io.err);
     wait_progress(peer, dl, id, n);
   }
@@ -124,22 +131,23 @@ inline std::size_t host_mesh::take_some(int peer, L& l, std::byte* dst, std::siz
 // `consume` what has arrived in multiples of `align` while the rest is still on its way.
 template <class L>
 inline void host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
-                                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl) {
+                                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage) {
   frame_header h;
   const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
-  std::size_t have = take_header(peer, l, h, staging_.get(), std::min(cap, n), dl, id);
-  check(h, id, n, peer, staging_.get(), have);
+  // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
+  std::size_t have = take_header(peer, l, h, stage, my_lock() ? 0 : std::min(cap, n), dl, id);
+  check(h, id, n, peer, stage, have);
   std::size_t remaining = n - have;
   for (bool first = true; first || remaining > 0; first = false) {
     if (!first || have == 0) {
-      std::size_t got = take_some(peer, l, staging_.get() + have, std::min(cap - have, remaining), dl, id);
+      std::size_t got = take_some(peer, l, stage + have, std::min(cap - have, remaining), dl, id);
       have += got;
       remaining -= got;
     }
     const std::size_t ready = have - have % align;
     if (ready == 0) continue;
-    consume(std::span<const std::byte>(staging_.get(), ready));
-    if (have > ready) std::memmove(staging_.get(), staging_.get() + ready, have - ready);
+    consume(std::span<const std::byte>(stage, ready));
+    if (have > ready) std::memmove(stage, stage + ready, have - ready);
     have -= ready;
   }
   l.end_read();

@@ -15,7 +15,9 @@ namespace gsync::transport {
 // for the pending read, when known.
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
-  if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
+  if (broken_.load(std::memory_order_acquire)) [[unlikely]] unusable();  // another thread's call failed (shared mode)
+  if (id.fp.comm == 0)  // the stall records and progress numbers are the world communicator's
+    if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   if (bell_progress(in_peer)) return;
   const bool sock_in = in_peer >= 0 && !in_bell;
@@ -35,6 +37,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     bell_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
     return;
   }
+  auto& [pfds_, pidx_] = polls();
   pfds_.clear();
   pidx_.clear();
   if (sock_in) {
@@ -53,7 +56,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   if (opt_.spin_us > 0 || bell_wait) {  // short busy poll: a reply often comes within microseconds
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, bell_wait ? 20 : 0));
     do {
-      r = ::poll(pfds_.data(), pfds_.size(), 0);
+      unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), 0); });
       if (r == 0 && bell_wait && bell_progress(in_peer)) return;
     } while (r == 0 && std::chrono::steady_clock::now() < until);
   }
@@ -61,8 +64,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     // A small message on its way: stay awake, giving the core to whoever runs (see tcp_options).
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.tcp_yield_us);
     do {
-      ::sched_yield();
-      r = ::poll(pfds_.data(), pfds_.size(), 0);
+      unlocked([&] {
+        ::sched_yield();
+        r = ::poll(pfds_.data(), pfds_.size(), 0);
+      });
       if (r == 0 && bell_wait && bell_progress(in_peer)) return;
     } while (r == 0 && std::chrono::steady_clock::now() < until);
   }
@@ -78,7 +83,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
         pidx_.push_back(p);
       }
   // Block at most a second at a time, so that stall_check runs while an operation hangs.
-  if (r == 0) r = ::poll(pfds_.data(), pfds_.size(), bell_wait ? std::min(1, detail::ms_left(dl)) : std::min(1000, detail::ms_left(dl)));
+  // Shared mode: at most 10 ms at a time (another thread may queue sends meanwhile that this
+  // poll does not watch).
+  const int cap_ms = bell_wait ? 1 : my_lock() ? 10 : 1000;
+  if (r == 0) unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), std::min(cap_ms, detail::ms_left(dl))); });
   if (r < 0) {
     if (errno == EINTR) return;
     fail(errc::system, "poll: " + detail::errno_text(errno));
@@ -115,7 +123,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
     for (;;) {
       for (int i = 0; i < 32; ++i) {
         if (bell_progress(in_peer)) return;
-        cpu_relax();
+        relax();
       }
       if (sockets) pump_descriptors();
       const auto now = std::chrono::steady_clock::now();
@@ -126,7 +134,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   if (opt_.yield_us > 0) {  // give the core to whoever runs (often the rank waited for), stay awake
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.yield_us);
     do {
-      ::sched_yield();
+      unlocked([] { ::sched_yield(); });
       if (bell_progress(in_peer)) return;
       if (sockets) pump_descriptors();
     } while (std::chrono::steady_clock::now() < until);
@@ -134,11 +142,13 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   shm_endpoint& own = *bell_owner();  // a doorbell peer implies this rank's segment
   auto& bell = own.bell();
   const std::uint32_t seen = shm::arm(bell, own.light());
-  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire)) return shm::disarm(bell);
+  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire) || broken_.load(std::memory_order_acquire))
+    return shm::disarm(bell);
   // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
-  // check after the timed sleep.
-  const int ms = std::min(max_sleep_ms, detail::ms_left(dl));
-  const bool rang = !shm::sleep(bell, seen, ms);
+  // check after the timed sleep. Shared mode: at most 10 ms (another thread may queue sends).
+  const int ms = std::min(my_lock() ? std::min(max_sleep_ms, 10) : max_sleep_ms, detail::ms_left(dl));
+  bool rang = false;
+  unlocked([&] { rang = !shm::sleep(bell, seen, ms); });
   if (bell_progress(in_peer)) {
     // Progress after a full sleep during which nobody rang: a wake-up was lost (see shm.hpp),
     // or the data came in the few nanoseconds between the sleep's end and this check.
@@ -155,6 +165,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
 // other hosts queued calls it after each sleep, so a failed peer on another host is noticed
 // within a millisecond or so, not at the timeout.
 inline void host_mesh::watch_idle_sockets(message_id id) {
+  auto& [pfds_, pidx_] = polls();
   pfds_.clear();
   pidx_.clear();
   for (int p = 0; p < size_; ++p)
