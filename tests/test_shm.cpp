@@ -317,7 +317,7 @@ TEST_CASE("shm: waiters that sleep at every wait are woken, with membarrier fenc
 }
 
 TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pass for a message") {
-  // A 4 KiB ring, fresh. Message A (3984 bytes) fills ring offsets 48..4032 with words that hold
+  // A 4 KiB ring, fresh. Message A (3976 bytes) fills ring offsets 56..4032 with words that hold
   // what a stamp without a key (position + 1) of the next lap would be at their position; two
   // empty messages follow (at 4032 and 4096), so message D starts at 4160 (offset 64, over A's
   // payload). The receiver waits for D while the sender sleeps: a reader fooled by A's bytes
@@ -327,8 +327,9 @@ TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pas
     const int r = comm.rank();
     std::string err;
     if (r == 1 && comm.transport().shm_read_position(0) != 0) err = "the ring from rank 0 is not fresh: the layout below assumes it";
-    std::vector<std::uint64_t> a(3984 / 8), d(2), got_a(a.size()), got_d(2, 0);
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = 48 + 8 * i + 4096 + 1;
+    static_assert(gsync::transport::shm::header_slot == 56, "the layout below assumes a 56-byte stamp + header");
+    std::vector<std::uint64_t> a(3976 / 8), d(2), got_a(a.size()), got_d(2, 0);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = 56 + 8 * i + 4096 + 1;
     d = {0x1122334455667788ull, 42};
     const std::span<const std::uint64_t> none;
     try {
@@ -343,7 +344,7 @@ TEST_CASE("shm: payload bytes left in the ring that look like a stamp do not pas
         gsync::recv(comm, std::span<std::uint64_t>{got_a}, 0, 7);
         gsync::recv(comm, empty, 0, 7);
         gsync::recv(comm, empty, 0, 7);
-        if (comm.transport().shm_read_position(0) != 4144) err = "ring position " + std::to_string(comm.transport().shm_read_position(0)) + ", expected 4144";
+        if (comm.transport().shm_read_position(0) != 4152) err = "ring position " + std::to_string(comm.transport().shm_read_position(0)) + ", expected 4152";
         gsync::recv(comm, std::span<std::uint64_t>{got_d}, 0, 8);
         if (got_a != a) err = "message A corrupted";
         if (got_d != d) err = "message D read as " + std::to_string(got_d[0]) + ", " + std::to_string(got_d[1]);
