@@ -25,6 +25,12 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
     ++queued_;
     if constexpr (link_traits<L>::wait == link_wait::doorbell) ++bell_queued_;
     if (l.q.size() == 1) pump_link(peer, l);
+    // Shared mode: a thread blocked in poll(2) does not watch this socket yet; wake it.
+    if constexpr (link_traits<L>::wait == link_wait::descriptor)
+      if (pollers_ > 0 && !l.q.empty() && wake_fd_ >= 0) {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
+      }
   });
 }
 

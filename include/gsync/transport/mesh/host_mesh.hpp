@@ -71,6 +71,7 @@
 /// half of GSYNC_STALL_WARN_S), which ranks had not reached the operation.
 
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -175,7 +176,10 @@ class host_mesh {
 
   /// From now on several communicators share this endpoint (`transport::tcp::split`), possibly
   /// from several threads: every call then takes the endpoint's lock (see `call_lock`).
-  void share() noexcept { multi_.store(true, std::memory_order_release); }
+  void share() noexcept {
+    if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: polls fall back to their 10 ms cap
+    multi_.store(true, std::memory_order_release);
+  }
   /// Drops the frames set aside for communicator `comm` (it was destroyed).
   void forget_comm(std::uint64_t comm);
   /// The settings in force.
@@ -462,6 +466,8 @@ class host_mesh {
   std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
   std::string abort_msg_;
   std::atomic<bool> multi_{false};  // shared mode (share())
+  int wake_fd_ = -1;                // shared mode: an eventfd that wakes a thread blocked in poll(2) when another queues a send
+  int pollers_ = 0;                 // shared mode: threads blocked in poll(2) now (under mu_)
   std::mutex mu_;                   // shared mode: the endpoint's state
   std::condition_variable cv_;      // shared mode: a stream's reader let go, or a frame was set aside
 };

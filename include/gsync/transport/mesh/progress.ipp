@@ -85,8 +85,17 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   // Block at most a second at a time, so that stall_check runs while an operation hangs.
   // Shared mode: at most 10 ms at a time (another thread may queue sends meanwhile that this
   // poll does not watch).
-  const int cap_ms = bell_wait ? 1 : my_lock() ? 10 : 1000;
-  if (r == 0) unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), std::min(cap_ms, detail::ms_left(dl))); });
+  const bool shared = my_lock() != nullptr;
+  const int cap_ms = bell_wait ? 1 : shared ? 10 : 1000;
+  if (shared && wake_fd_ >= 0) {
+    pfds_.push_back({wake_fd_, POLLIN, 0});
+    pidx_.push_back(-1);
+  }
+  if (r == 0) {
+    if (shared) ++pollers_;
+    unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), std::min(cap_ms, detail::ms_left(dl))); });
+    if (shared) --pollers_;
+  }
   if (r < 0) {
     if (errno == EINTR) return;
     fail(errc::system, "poll: " + detail::errno_text(errno));
@@ -100,6 +109,11 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     timed_out(in_peer, id);
   }
   for (std::size_t i = 0; i < pfds_.size(); ++i) {
+    if (pidx_[i] < 0) {  // the wake-up eventfd (shared mode): drain it
+      std::uint64_t v;
+      if (pfds_[i].revents & POLLIN) [[maybe_unused]] const auto rd = ::read(wake_fd_, &v, sizeof v);
+      continue;
+    }
     if (i >= watch_from) {
       if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
       continue;

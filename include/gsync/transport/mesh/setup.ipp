@@ -165,6 +165,7 @@ inline void host_mesh::check_options(const tcp_options& o) {
 }
 
 inline host_mesh::~host_mesh() {
+  if (wake_fd_ >= 0) ::close(wake_fd_);
   if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   for (auto& p : peers_) p.tcp().close();
