@@ -60,7 +60,9 @@
 
 namespace {
 
+using dense::balanced;
 using dense::matrix;
+using dense::range;
 using dense::view;
 
 /// Command-line options.
@@ -122,17 +124,6 @@ options parse(int argc, char** argv) {
     bad_option("--batch " + std::to_string(o.batch) + " is too small for " + std::to_string(D) + " replicas x " +
                std::to_string(o.micro) + " micro-batches (every micro-batch needs a sample)");
   return o;
-}
-
-/// A contiguous range [start, start + count).
-struct range {
-  std::size_t start = 0, count = 0;
-};
-
-/// Part i of n items split into `parts` balanced ranges (sizes differ by at most one, larger first).
-range balanced(std::size_t n, std::size_t parts, std::size_t i) {
-  const std::size_t q = n / parts, r = n % parts;
-  return {i * q + std::min(i, r), q + (i < r ? 1 : 0)};
 }
 
 /// One MLP block, or a tensor shard of it: the hidden units h of W1's columns and W2's rows.
@@ -331,14 +322,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const gsync::error& e) {
-    std::fprintf(stderr, "parallel_3d: %s\n", e.what());
-    return e.kind() == gsync::errc::invalid_argument ? 2 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "parallel_3d: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dense::run_example("parallel_3d", run, argc, argv); }

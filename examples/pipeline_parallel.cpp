@@ -55,7 +55,9 @@
 
 namespace {
 
+using dense::balanced;
 using dense::matrix;
+using dense::range;
 using dense::view;
 
 /// Command-line options.
@@ -115,17 +117,6 @@ options parse(int argc, char** argv, int world) {
                                                           std::to_string(o.layers) + ")");
   if (o.classes < 2) throw gsync::error(gsync::errc::invalid_argument, "--classes must be at least 2");
   return o;
-}
-
-/// A contiguous range [start, start + count).
-struct range {
-  std::size_t start = 0, count = 0;
-};
-
-/// Part i of n items split into `parts` balanced ranges (sizes differ by at most one, larger first).
-range balanced(std::size_t n, std::size_t parts, std::size_t i) {
-  const std::size_t q = n / parts, r = n % parts;
-  return {i * q + std::min(i, r), q + (i < r ? 1 : 0)};
 }
 
 /// One fully connected layer with its gradients.
@@ -366,14 +357,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const gsync::error& e) {
-    std::fprintf(stderr, "pipeline_parallel: %s\n", e.what());
-    return e.kind() == gsync::errc::invalid_argument ? 2 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipeline_parallel: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dense::run_example("pipeline_parallel", run, argc, argv); }

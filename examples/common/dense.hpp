@@ -29,6 +29,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <limits>
 #include <span>
 #include <string>
@@ -477,5 +479,31 @@ class teacher_dataset {
   std::size_t dim_, classes_;
   matrix<double> t1_, t2_;
 };
+
+/// A contiguous range [start, start + count).
+struct range {
+  std::size_t start = 0, count = 0;
+};
+
+/// Part i of n items split into `parts` balanced ranges (sizes differ by at most one, larger first).
+inline range balanced(std::size_t n, std::size_t parts, std::size_t i) {
+  const std::size_t q = n / parts, r = n % parts;
+  return {i * q + std::min(i, r), q + (i < r ? 1 : 0)};
+}
+
+/// Runs an example's `run(argc, argv)` and returns its exit code; an error is printed as
+/// "name: message" and exits 2 for invalid arguments, 1 otherwise.
+template <class F>
+int run_example(const char* name, F&& run, int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const gsync::error& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return e.kind() == gsync::errc::invalid_argument ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+}
 
 }  // namespace dense
