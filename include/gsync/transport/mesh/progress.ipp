@@ -37,7 +37,9 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     bell_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
     return;
   }
-  auto& [pfds_, pidx_] = polls();
+  poll_set& ps = polls();  // (no structured binding: clang 14 cannot capture one in a lambda)
+  auto& pfds_ = ps.fds;
+  auto& pidx_ = ps.idx;
   pfds_.clear();
   pidx_.clear();
   if (sock_in) {
@@ -179,7 +181,9 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
 // other hosts queued calls it after each sleep, so a failed peer on another host is noticed
 // within a millisecond or so, not at the timeout.
 inline void host_mesh::watch_idle_sockets(message_id id) {
-  auto& [pfds_, pidx_] = polls();
+  poll_set& ps = polls();  // (no structured binding: clang 14 cannot capture one in a lambda)
+  auto& pfds_ = ps.fds;
+  auto& pidx_ = ps.idx;
   pfds_.clear();
   pidx_.clear();
   for (int p = 0; p < size_; ++p)
