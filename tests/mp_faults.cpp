@@ -11,12 +11,12 @@
 //
 //   setup    connection setup. The victim does what a rank does at the start of its own setup,
 //            by hand, and stops there: it says hello to the store (serving the store itself when
-//            it is rank 0), publishes the nonce (rank 0) and the address of a listening socket it
-//            never accepts on. The survivors sit in the communicator's constructor: lower ranks
+//            it is rank 0), publishes the nonce (rank 0) and its set-up record naming a listening
+//            socket it never accepts on. The survivors sit in the communicator's constructor: lower ranks
 //            waiting for the victim to connect, higher ranks in the authentication handshake
 //            with the victim's socket.
 //   store    waiting in the store. The victim says hello to the store (serving it when it is rank
-//            0) and never publishes its address (or, as rank 0, the nonce): the survivors wait
+//            0) and never publishes its set-up record (or, as rank 0, the nonce): the survivors wait
 //            in the store for a key only the victim could set, or for the victim to connect.
 //   ring     mid-ring: a stream of in-place allreduces of M MiB of float32 (default 64; the
 //            script forces the ring with GSYNC_ALGO=ring). Every rank, the victim included, loops.
@@ -29,6 +29,13 @@
 //            each survivor receives from the victim in a loop.
 //   async    a stream of allreduce_async of M MiB (default 16), each waited for (survivors block
 //            in request::wait while the progress engine runs the operation).
+//   split    several communicators open at once: the world is split into rows of two ranks
+//            (color rank / 2) and columns (color rank % 2); one thread per communicator loops
+//            allreduces of M MiB (default 1) on the world, its row and its column. Each thread's
+//            error is collected: the rank reports the first and exits with its kind only when
+//            every thread failed with peer_lost naming the victim (else 45, with each thread's
+//            error), so a thread whose communicator does not hold the victim must fail too
+//            (the communicators share the dead peer's process-wide endpoint), naming it.
 //
 // On a gsync::error a rank prints "rank R: <kind> after T ms in <mode>: <message>" on stderr and
 // exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45 another gsync::error
@@ -42,7 +49,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
+#include <optional>
 #include <exception>
 #include <string>
 #include <thread>
@@ -117,10 +126,55 @@ std::size_t elements(const options& o, double default_mib, std::size_t elem_byte
     acc.bind(ep);
     acc.listen(64);
     const auto me = acc.local_endpoint();
-    store.set("gsync/addr/" + std::to_string(li.rank), me.address().to_string() + " " + std::to_string(me.port()), dl);
+    const bs::rank_record rec{me.address().to_string(), me.port(), bs::kernel_id(), bs::host_id(li.host_id)};
+    store.set(bs::rank_record_key(li.rank), rec.encode(), dl);
   }
   say_ready(o, li.rank);
   sleep_forever();
+}
+
+/// Mode split (see the file comment). Throws the first thread's error when every thread failed
+/// alike (peer_lost naming the victim), else a gsync::error (kind system, exit 45) listing them all.
+void run_split(const options& o, gsync::tcp_communicator& world) {
+  const int r = world.rank();
+  auto row = world.split(r / 2, r);
+  auto col = world.split(r % 2, r);
+  gsync::tcp_communicator* comms[3] = {&world, &row, &col};
+  const char* names[3] = {"world", "row", "column"};
+  const std::size_t count = elements(o, 1, sizeof(float));
+  // One common round on each communicator first, so that every rank is in the loops at READY.
+  std::vector<std::vector<float>> bufs(3, std::vector<float>(count, static_cast<float>(r)));
+  for (int i = 0; i < 3; ++i) gsync::allreduce(*comms[i], std::span<float>{bufs[i]}, gsync::op::max{});
+  std::vector<std::optional<gsync::error>> errs(3);
+  std::vector<std::string> other(3);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        ++started;
+        for (;;) gsync::allreduce(*comms[i], std::span<float>{bufs[i]}, gsync::op::max{});
+      } catch (const gsync::error& e) {
+        errs[i] = e;
+      } catch (const std::exception& e) {
+        other[i] = e.what();
+      }
+    });
+  while (started.load() < 3) std::this_thread::yield();
+  say_ready(o, r);
+  for (auto& t : threads) t.join();
+  const std::string victim = "rank " + std::to_string(o.victim);
+  std::string all;
+  bool alike = true;
+  for (int i = 0; i < 3; ++i) {
+    const std::string what = errs[i] ? errs[i]->what() : "non-gsync exception: " + other[i];
+    all += std::string(all.empty() ? "" : "; ") + names[i] + ": " + what;
+    std::size_t at = what.find(victim);
+    const bool names_victim = at != std::string::npos && (at + victim.size() == what.size() || !std::isdigit(static_cast<unsigned char>(what[at + victim.size()])));
+    alike = alike && errs[i] && errs[i]->kind() == gsync::errc::peer_lost && names_victim;
+  }
+  if (!alike) throw gsync::error(gsync::errc::system, "the communicators' threads did not all fail with peer_lost naming " + victim + ": " + all);
+  throw *errs[0];
 }
 
 void run_mode(const options& o, gsync::tcp_communicator& comm) {
@@ -170,6 +224,8 @@ void run_mode(const options& o, gsync::tcp_communicator& comm) {
     gsync::allreduce_async(comm, std::span<float>{v}, gsync::op::max{}).wait();
     say_ready(o, r);
     for (;;) gsync::allreduce_async(comm, std::span<float>{v}, gsync::op::max{}).wait();
+  } else if (o.mode == "split") {
+    run_split(o, comm);
   } else {
     throw gsync::error(gsync::errc::invalid_argument, "unknown --mode '" + o.mode + "'");
   }
@@ -197,7 +253,7 @@ int main(int argc, char** argv) {
     else if (a == "--mib" && has) o.mib = std::atof(argv[++i]);
     else if (a == "--root" && has) o.root = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async --victim K "
+      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split --victim K "
                            "[--watchdog-s S] [--mib M] [--root R]\n");
       return 2;
     }

@@ -159,6 +159,11 @@ run_point p2p       shm 3 1
 run_point p2p       tcp 4 2
 run_point async     shm 3 1
 run_point async     tcp 4 2
+# Several communicators open (world, rows, columns), one thread each: every thread of every
+# survivor fails naming the victim, also those whose communicator does not hold it.
+run_point split     shm 4 1
+run_point split     tcp 4 2
+run_point split     tcp 6 0
 
 # Through gsyncrun: kill rank 2 of 4 mid-ring; gsyncrun must exit 137 (the first failure, a
 # SIGKILL) and name rank 2 in its output.

@@ -206,7 +206,10 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     std::lock_guard lk(abort_m_);
     msg = abort_msg_;
   }
-  if (!broken_) {
+  // Already broken (shared mode: another thread's communicator failed first, and what this
+  // thread saw, such as a reset connection, follows from it): report the first cause.
+  if (broken_.load(std::memory_order_acquire)) throw error(broken_kind_, broken_msg_);
+  {
     // A wait that saw aborted_ fails here while abort() may still be writing the reason to the
     // store (a fresh connection: milliseconds, seconds on a loaded machine). Closing the
     // connections or raising `failed` now would let the peers look for the record too early and
