@@ -247,9 +247,9 @@ TEST_CASE("setup: a rank that fails after reaching the store makes the others fa
   try {
     gsync::bootstrap::store_client b("127.0.0.1", port, in(10000ms), gsync::bootstrap::auth::job_key{});
     b.hello(2, in(2000ms));
-    // Fail only once rank 1 is attached to the store (it publishes its address after its hello):
+    // Fail only once rank 1 is attached to the store (it publishes its record after its hello):
     // a rank 1 that had not reached the store yet when rank 0 gave up would wait for its deadline.
-    b.get("gsync/addr/1", in(10000ms));
+    b.get(gsync::bootstrap::rank_record_key(1), in(10000ms));
     throw std::runtime_error("rank 2 fails during set-up");
   } catch (const std::runtime_error&) {
   }

@@ -1,10 +1,14 @@
 // libFuzzer target: bytes a client sends to the store server after the handshake. The stream is cut
 // into frames exactly as the server does (u32 length, 1..16 MiB) and every frame is decoded by
 // store_proto::parse_request, which must either accept it with consistent fields or reject it.
+// Every frame is also read as a rank's set-up record (bootstrap/rank_record.hpp: values in the
+// store are not trusted), which must parse into a record that encodes back to the same text or
+// raise gsync::error.
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "gsync/bootstrap/rank_record.hpp"
 #include "gsync/bootstrap/store.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -19,13 +23,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     request r;
     std::string why;
     if (parse_request(frame, r, why)) {
-      if (r.cmd < cmd_set || r.cmd > cmd_bye) __builtin_trap();
+      if (r.cmd < cmd_set || r.cmd > cmd_mget) __builtin_trap();
       const bool keyless = r.cmd == cmd_hello || r.cmd == cmd_bye;
-      if (keyless ? !r.keys.empty() : (r.cmd != cmd_wait && r.keys.size() != 1)) __builtin_trap();
+      if (keyless ? !r.keys.empty() : (r.cmd != cmd_wait && r.cmd != cmd_mget && r.keys.size() != 1)) __builtin_trap();
       if (r.cmd == cmd_hello && r.rank < 0) __builtin_trap();
       if (r.keys.size() > 65536) __builtin_trap();
     } else if (why.empty()) {
       __builtin_trap();  // a rejection must say why (it is logged)
+    }
+    try {
+      const auto rec = gsync::bootstrap::rank_record::parse(frame, 3);
+      if (rec.port == 0 || rec.kernel.empty() || rec.host.empty()) __builtin_trap();
+      if (gsync::bootstrap::rank_record::parse(rec.encode(), 3).encode() != rec.encode()) __builtin_trap();
+    } catch (const gsync::error&) {
     }
   }
   return 0;

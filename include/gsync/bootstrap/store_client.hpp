@@ -82,6 +82,27 @@ class store_client {
     if (!rd.get_str(v)) throw error(errc::mismatch, "malformed reply from " + what_);
     return v;
   }
+  /// The values of `keys`, in order, waiting until every one is set: one round trip (set-up reads
+  /// every rank's record this way). Throws timeout at dl.
+  std::vector<std::string> get_many(const std::vector<std::string>& keys, deadline dl) {
+    std::vector<std::string> v;
+    v.reserve(keys.size());
+    constexpr std::size_t most = 65536;  // keys per request (store_protocol.hpp)
+    for (std::size_t at = 0; at < keys.size(); at += most) {
+      const std::size_t n = std::min(most, keys.size() - at);
+      std::string b;
+      store_proto::put<std::uint32_t>(b, server_ms(dl));
+      store_proto::put<std::uint32_t>(b, static_cast<std::uint32_t>(n));
+      for (std::size_t i = 0; i < n; ++i) store_proto::put_str(b, keys[at + i]);
+      std::string which = n == 1 ? "key '" + keys[at] + "'" : std::to_string(n) + " keys";
+      auto r = call(store_proto::cmd_mget, b, dl, "waiting for " + which);
+      store_proto::reader rd{r.data(), r.size()};
+      for (std::size_t i = 0; i < n; ++i)
+        if (!rd.get_str(v.emplace_back())) throw error(errc::mismatch, "malformed reply from " + what_);
+      if (rd.n) throw error(errc::mismatch, "malformed reply from " + what_);
+    }
+    return v;
+  }
   /// Atomically adds delta to the integer at key (missing = 0); returns the new value.
   std::int64_t add(const std::string& key, std::int64_t delta, deadline dl) {
     std::string b;

@@ -12,6 +12,8 @@
 ///   add:  string key, i64 delta             -> ok i64 value
 ///   wait: u32 timeout_ms, u32 n, n x string -> ok | timeout
 ///   check: string key                       -> ok u8 exists
+///   mget: u32 timeout_ms, u32 n, n x string -> ok n x string value | timeout   (waits for all n;
+///                                              one round trip for what n gets would take)
 ///   hello: i32 rank                         -> ok u8 1     (this connection belongs to that rank)
 ///                                           -> ok u8 0     (that rank has joined this store before: the
 ///                                                           hello is from the job's next communicator,
@@ -35,7 +37,7 @@
 namespace gsync::bootstrap {
 
 namespace store_proto {
-enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5, cmd_hello = 6, cmd_bye = 7 };
+enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5, cmd_hello = 6, cmd_bye = 7, cmd_mget = 8 };
 enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2, st_lost = 3 };
 inline constexpr std::uint32_t max_frame = 16u << 20;
 
@@ -71,7 +73,7 @@ struct reader {
 struct request {
   std::uint8_t cmd = 0;             ///< cmd_*
   std::uint32_t timeout_ms = 0;     ///< get / wait
-  std::vector<std::string> keys;    ///< set, add, check, get: one; wait: up to 65536
+  std::vector<std::string> keys;    ///< set, add, check, get: one; wait, mget: up to 65536
   std::string value;                ///< set
   std::int64_t delta = 0;           ///< add
   std::int32_t rank = -1;           ///< hello
@@ -98,7 +100,8 @@ inline bool parse_request(std::string_view f, request& r, std::string& why) {
   switch (r.cmd) {
     case cmd_set: ok = key() && rd.get_str(r.value); break;
     case cmd_get: ok = rd.get(r.timeout_ms) && key(); break;
-    case cmd_wait: {
+    case cmd_wait:
+    case cmd_mget: {
       std::uint32_t n = 0;
       ok = rd.get(r.timeout_ms) && rd.get(n) && n <= 65536;
       for (std::uint32_t i = 0; ok && i < n; ++i) ok = key();

@@ -219,6 +219,14 @@ class store_server {
       std::string b;
       store_proto::put_str(b, kv_.at(p.keys[0]));
       reply(*p.c, store_proto::st_ok, b);
+    } else if (p.cmd == store_proto::cmd_mget) {
+      std::size_t total = 1;
+      for (auto& k : p.keys) total += 4 + kv_.at(k).size();
+      if (total > store_proto::max_frame) return reply(*p.c, store_proto::st_bad);  // the client says the request was refused
+      std::string b;
+      b.reserve(total);
+      for (auto& k : p.keys) store_proto::put_str(b, kv_.at(k));
+      reply(*p.c, store_proto::st_ok, b);
     } else {
       reply(*p.c, store_proto::st_ok);
     }
@@ -243,7 +251,7 @@ class store_server {
         }
         return;
       }
-      case cmd_get: case cmd_wait: {
+      case cmd_get: case cmd_wait: case cmd_mget: {
         parked p{&c, rq.cmd, std::move(rq.keys), clock::now() + std::chrono::milliseconds(rq.timeout_ms)};
         if (ready(p) || !lost_.empty()) answer(p);
         else parked_.push_back(std::move(p));

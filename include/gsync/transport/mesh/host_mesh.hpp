@@ -18,7 +18,8 @@
 /// shared memory; progress.ipp), and runs the failure protocol and the diagnostics across them.
 ///
 /// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
-/// ephemeral port of its chosen address, publishes `ip port` under `gsync/addr/R`, connects to every
+/// ephemeral port of its chosen address, publishes its record (bootstrap/rank_record.hpp: address,
+/// kernel, host) under `gsync/rank/R`, reads every rank's in one store call, connects to every
 /// lower rank (sending a hello frame naming itself and the job's nonce) and accepts from every
 /// higher rank (checking the hello: a connection from another job or with garbage is closed,
 /// logged, and setup goes on). Before the hello, both ends of every connection (and of every store
@@ -99,6 +100,7 @@
 #include "gsync/bootstrap/host_id.hpp"
 #include "gsync/bootstrap/interface.hpp"
 #include "gsync/bootstrap/launch_env.hpp"
+#include "gsync/bootstrap/rank_record.hpp"
 #include "gsync/bootstrap/store.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
@@ -327,7 +329,8 @@ class host_mesh {
   void tune(detail::net::tcp_socket& s);
   void connect_lower(deadline dl);
   void accept_higher(deadline dl);
-  void exchange_hosts(const bootstrap::launch_info& li, deadline dl);
+  void exchange_hosts(const bootstrap::launch_info& li);
+  std::string missing_ranks(const std::vector<std::string>& keys);
   void connect_links(deadline dl);
   static void check_options(const tcp_options& o);
 
@@ -439,6 +442,7 @@ class host_mesh {
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
+  std::vector<bootstrap::rank_record> records_;  // every rank's set-up record (setup.ipp)
   std::size_t queued_ = 0;       // messages queued, all peers
   std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send (payload_bytes_posted)
   std::size_t bell_queued_ = 0;  // of which to peers whose data link is waited for by doorbell

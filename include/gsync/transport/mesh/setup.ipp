@@ -52,9 +52,30 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
     // port cannot slip in.
     if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
-    nonce_ = std::stoull(store_->get("gsync/nonce", dl));
+    // Each rank publishes its record (listener, kernel, host) once and reads everyone's, with the
+    // nonce, in one round trip (bootstrap/rank_record.hpp).
     const auto my_ep = acc_.local_endpoint();
-    store_->set("gsync/addr/" + std::to_string(rank_), my_ep.address().to_string() + " " + std::to_string(my_ep.port()), dl);
+    bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id)};
+    store_->set(bootstrap::rank_record_key(rank_), mine.encode(), dl);
+    {
+      std::vector<std::string> keys{"gsync/nonce"};
+      keys.reserve(static_cast<std::size_t>(size_) + 1);
+      for (int j = 0; j < size_; ++j) keys.push_back(bootstrap::rank_record_key(j));
+      std::vector<std::string> got;
+      try {
+        got = store_->get_many(keys, dl);
+      } catch (const error& e) {
+        if (e.kind() != errc::timeout) throw;
+        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": " + missing_ranks(keys) + " (" + e.what() + ")");
+      }
+      try {
+        nonce_ = std::stoull(got[0]);
+      } catch (const std::exception&) {
+        throw error(errc::mismatch, "bad job nonce in the store: '" + got[0].substr(0, 40) + "'");
+      }
+      records_.reserve(static_cast<std::size_t>(size_));
+      for (int j = 0; j < size_; ++j) records_.push_back(j == rank_ ? mine : bootstrap::rank_record::parse(got[static_cast<std::size_t>(j) + 1], j));
+    }
     log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
               ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
               std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
@@ -71,7 +92,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
       throw;
     }
     acc_.close();
-    exchange_hosts(li, dl);
+    exchange_hosts(li);
     connect_links(dl);
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
     // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
@@ -149,6 +170,26 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
   }
 }
 
+// Which of `keys` (the nonce, then every rank's set-up record) the store still lacks, in words,
+// after set-up timed out waiting for them: one quick check per key, on this failure path only.
+inline std::string host_mesh::missing_ranks(const std::vector<std::string>& keys) {
+  std::string who;
+  bool nonce = false;
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (store_->check(keys[i], d)) continue;
+      if (i == 0) nonce = true;
+      else who += (who.empty() ? "" : ", ") + std::to_string(i - 1);
+    }
+  } catch (const error&) {
+    return "timed out at set-up waiting for the other ranks to join";
+  }
+  if (who.empty()) return nonce ? "timed out at set-up waiting for rank 0 to publish the job nonce" : "timed out at set-up";
+  return "timed out at set-up waiting for ranks " + who +
+         " to join: their set-up records never reached the store (not started, another store address or job key, or stuck before joining)";
+}
+
 // Refuses options no transport could run with, naming the field (and its variable).
 inline void host_mesh::check_options(const tcp_options& o) {
   const auto bad = [](const std::string& what) { throw error(errc::invalid_argument, "tcp_options: " + what); };
@@ -207,11 +248,11 @@ inline void host_mesh::tune(detail::net::tcp_socket& s) {
 
 inline void host_mesh::connect_lower(deadline dl) {
   for (int j = 0; j < rank_; ++j) {
-    const std::string a = store_->get("gsync/addr/" + std::to_string(j), dl);
-    const auto sp = a.find(' ');
-    if (sp == std::string::npos) throw error(errc::mismatch, "bad address record for rank " + std::to_string(j) + ": " + a);
-    asio::ip::tcp::endpoint ep(asio::ip::make_address(a.substr(0, sp)),
-                               static_cast<std::uint16_t>(std::stoi(a.substr(sp + 1))));
+    const bootstrap::rank_record& r = records_[static_cast<std::size_t>(j)];
+    asio::error_code ec;
+    const auto addr = asio::ip::make_address(r.address, ec);
+    if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of rank " + std::to_string(j));
+    asio::ip::tcp::endpoint ep(addr, r.port);
     auto s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
     tune(*s);
     bootstrap::auth::client_handshake(s->native_handle(), key_, dl, "rank " + std::to_string(j));
@@ -273,18 +314,15 @@ inline void host_mesh::accept_higher(deadline dl) {
   }
 }
 
-// The host identities (runs once, after the TCP mesh): every rank publishes its kernel's and its
-// host's identity; the topology, the ranks of this host and those on this machine follow.
-inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li, deadline dl) {
-  const std::string me = bootstrap::host_id(li.host_id), kernel = bootstrap::kernel_id();
-  store_->set("gsync/host/" + std::to_string(rank_), kernel + "\n" + me, dl);  // kernel id first: it has no newline
+// The host identities (runs once, after the TCP mesh), from the ranks' set-up records: the
+// topology, the ranks of this host and those on this machine follow.
+inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li) {
   std::vector<std::string> ids(static_cast<std::size_t>(size_));
   machine_ranks_ = 0;
   for (int j = 0; j < size_; ++j) {
-    const std::string r = j == rank_ ? kernel + "\n" + me : store_->get("gsync/host/" + std::to_string(j), dl);
-    const auto nl = r.find('\n');
-    ids[j] = nl == std::string::npos ? r : r.substr(nl + 1);
-    machine_ranks_ += r.substr(0, nl) == kernel;
+    const auto& r = records_[static_cast<std::size_t>(j)];
+    ids[static_cast<std::size_t>(j)] = r.host;
+    machine_ranks_ += r.kernel == records_[static_cast<std::size_t>(rank_)].kernel;
   }
   topo_ = topology::from_ids(ids);
   local_size_ = static_cast<int>(topo_.ranks_on(topo_.host_of(rank_)).size());

@@ -1,0 +1,64 @@
+#pragma once
+/// \file
+/// What each rank publishes about itself at set-up, once, under `gsync/rank/R`: where it listens
+/// for data connections and which kernel and host it runs on. Every rank reads all records in one
+/// store round trip (`store_client::get_many`), so set-up asks the store O(1) times per rank,
+/// whatever the number of ranks, and a connection made later needs no store request.
+///
+/// Text, three lines: `ADDRESS PORT`, the kernel identity, the host identity (bootstrap/host_id.hpp;
+/// the host identity may contain anything but is last, so it is read as the rest of the record).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "gsync/core/error.hpp"
+
+namespace gsync::bootstrap {
+
+/// One rank's set-up record (see the file comment).
+struct rank_record {
+  std::string address;     ///< the data listener's address, as text (IPv4 or IPv6)
+  std::uint16_t port = 0;  ///< the data listener's port
+  std::string kernel;      ///< bootstrap::kernel_id() of the rank's machine
+  std::string host;        ///< bootstrap::host_id() of the rank
+
+  /// The record as stored.
+  std::string encode() const { return address + " " + std::to_string(port) + "\n" + kernel + "\n" + host; }
+
+  /// Parses a stored record of rank `rank`; throws `errc::mismatch` naming the rank on anything
+  /// malformed (the store is reachable by other processes: its values are not trusted).
+  static rank_record parse(std::string_view s, int rank) {
+    const auto bad = [&](const char* why) -> rank_record {
+      throw error(errc::mismatch, "bad set-up record of rank " + std::to_string(rank) + " in the store (" + why + "): '" +
+                                      std::string(s.substr(0, 200)) + "'");
+    };
+    const auto nl1 = s.find('\n');
+    if (nl1 == std::string_view::npos) return bad("no kernel line");
+    const auto nl2 = s.find('\n', nl1 + 1);
+    if (nl2 == std::string_view::npos) return bad("no host line");
+    const std::string_view where = s.substr(0, nl1);
+    const auto sp = where.rfind(' ');
+    if (sp == std::string_view::npos || sp == 0) return bad("no address and port");
+    const std::string_view port = where.substr(sp + 1);
+    if (port.empty() || port.size() > 5) return bad("bad port");
+    std::uint32_t p = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9') return bad("bad port");
+      p = p * 10 + static_cast<std::uint32_t>(c - '0');
+    }
+    if (p == 0 || p > 65535) return bad("port out of range");
+    rank_record r;
+    r.address = std::string(where.substr(0, sp));
+    r.port = static_cast<std::uint16_t>(p);
+    r.kernel = std::string(s.substr(nl1 + 1, nl2 - nl1 - 1));
+    r.host = std::string(s.substr(nl2 + 1));
+    if (r.kernel.empty() || r.host.empty()) return bad("empty kernel or host identity");
+    return r;
+  }
+};
+
+/// The store key of rank `rank`'s record.
+inline std::string rank_record_key(int rank) { return "gsync/rank/" + std::to_string(rank); }
+
+}  // namespace gsync::bootstrap
