@@ -4,7 +4,8 @@
 /// to publish and look up addresses.
 ///
 /// Operations: set(key, value); get(key) (waits until the key exists); add(key, delta) (atomic
-/// counter, returns the new value); wait(keys) (until all exist); check(key). Every blocking call
+/// counter, returns the new value); wait(keys) (until all exist); check(key); get_many(keys) (the
+/// values of several keys, waiting for all, in one round trip: set-up reads every rank's record so). Every blocking call
 /// has a deadline, enforced by the server (it answers "timeout") and by the client (which gives up
 /// if no answer comes).
 ///
