@@ -1,12 +1,16 @@
 // gsync-scale-probe: what a job of N ranks costs to set up and hold, for the scale benchmark
 // (benchmarks/scale_bench.sh runs it at N = 8 .. 256, GSYNC_SHM_DISABLE=1).
 //
-//   gsyncrun -n N -- gsync-scale-probe [--json FILE]
+//   gsyncrun -n N -- gsync-scale-probe [--json FILE] [--check-sockets]
 //
 // Each rank times its set-up (from_env until it returns), then runs float32 sum allreduces of
-// 8 B, 64 KiB and 1 MiB (automatic choice), each checked against the exact sum, and counts the
-// sockets it holds (/proc/self/fd entries that are sockets) after set-up and after the allreduces.
-// Rank 0 prints the slowest set-up, the allreduce times and the largest and mean socket counts.
+// 8 B, 64 KiB and 1 MiB (automatic choice), then with the ring and with recursive doubling forced,
+// each checked against the exact sum, and counts the sockets it holds (/proc/self/fd entries that
+// are sockets) after set-up and after the allreduces. Rank 0 prints the slowest set-up, the
+// allreduce times and the socket counts: the largest and the mean over ranks 1..N-1, and rank 0's
+// own (it also serves the store: one more socket per rank). With --check-sockets it exits 1 when
+// a rank holds more than 2 ceil(log2 N) + 4 sockets after the allreduces (rank 0: N + 1 more),
+// the bound of issue 29 for connections made on first use.
 #include <gsync/gsync.hpp>
 
 #include <dirent.h>
@@ -15,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -38,10 +43,12 @@ int open_sockets() {
 
 int main(int argc, char** argv) {
   std::string json;
+  bool check_sockets = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+    else if (std::strcmp(argv[i], "--check-sockets") == 0) check_sockets = true;
     else {
-      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE]\n");
+      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE] [--check-sockets]\n");
       return 2;
     }
   }
@@ -70,28 +77,49 @@ int main(int argc, char** argv) {
       }
       times[k] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s).count() / iters;
     }
+    // The ring and recursive doubling forced: each reaches its own partners.
+    for (int k = 0; k < 2; ++k) {
+      std::vector<float> v((k == 0 ? 64 << 10 : 64) / sizeof(float));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + static_cast<int>(i % 5)) % 16);
+      if (k == 0) gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v});
+      else gsync::allreduce<gsync::algo::recursive_doubling>(comm, std::span<float>{v});
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        double want = 0;
+        for (int q = 0; q < n; ++q) want += (q + static_cast<int>(i % 5)) % 16;
+        if (v[i] != static_cast<float>(want)) ++bad;
+      }
+    }
+    gsync::barrier(comm);
     const double sockets_after = open_sockets();
-    // max and sum over ranks, through the communicator itself
-    double mx[5] = {setup_s, sockets_setup, sockets_after, static_cast<double>(bad), times[2]};
-    double sm[2] = {sockets_setup, sockets_after};
+    // max and sum over ranks 1..N-1, through the communicator itself; rank 0's own
+    double mx[5] = {setup_s, r ? sockets_setup : 0, r ? sockets_after : 0, static_cast<double>(bad), times[2]};
+    double sm[4] = {r ? sockets_setup : 0, r ? sockets_after : 0, r ? 0 : sockets_setup, r ? 0 : sockets_after};
     gsync::allreduce(comm, std::span<double>{mx}, gsync::op::max{});
     gsync::allreduce(comm, std::span<double>{sm}, gsync::op::sum{});
+    const int others = std::max(1, n - 1);
+    int lg = 0;
+    while ((1 << lg) < n) ++lg;
+    const double bound = 2.0 * lg + 4;
     double t[3] = {times[0], times[1], times[2]};
     gsync::allreduce(comm, std::span<double>{t}, gsync::op::max{});
     if (r == 0) {
-      std::printf("ranks %d  set-up %.3f s (slowest rank)  sockets per rank after set-up: max %.0f mean %.1f; after allreduces: max %.0f mean %.1f\n",
-                  n, mx[0], mx[1], sm[0] / n, mx[2], sm[1] / n);
+      std::printf("ranks %d  set-up %.3f s (slowest rank)  sockets per rank (1..N-1) after set-up: max %.0f mean %.1f; after allreduces: "
+                  "max %.0f mean %.1f (bound 2 ceil(log2 N) + 4 = %.0f); rank 0 (serves the store): %.0f, then %.0f\n",
+                  n, mx[0], mx[1], sm[0] / others, mx[2], sm[1] / others, bound, sm[2], sm[3]);
       std::printf("allreduce float32 sum (slowest rank, us per call): 8 B %.1f  64 KiB %.1f  1 MiB %.1f  wrong elements: %.0f\n", t[0], t[1],
                   t[2], mx[3]);
       if (!json.empty()) {
         std::ofstream f(json);
         f << "{\"ranks\": " << n << ", \"setup_s\": " << mx[0] << ", \"sockets_setup_max\": " << mx[1] << ", \"sockets_setup_mean\": "
-          << sm[0] / n << ", \"sockets_after_max\": " << mx[2] << ", \"sockets_after_mean\": " << sm[1] / n
+          << sm[0] / others << ", \"sockets_after_max\": " << mx[2] << ", \"sockets_after_mean\": " << sm[1] / others
+          << ", \"rank0_sockets_setup\": " << sm[2] << ", \"rank0_sockets_after\": " << sm[3] << ", \"sockets_bound\": " << bound
           << ", \"allreduce_us\": {\"8\": " << t[0] << ", \"65536\": " << t[1] << ", \"1048576\": " << t[2] << "}, \"wrong\": " << mx[3]
           << "}\n";
       }
     }
-    return mx[3] == 0 ? 0 : 1;
+    const bool over = check_sockets && (mx[2] > bound || sm[3] > bound + n + 1);
+    if (over && r == 0) std::fprintf(stderr, "gsync-scale-probe: more sockets than the bound after the allreduces\n");
+    return mx[3] == 0 && !over ? 0 : 1;
   } catch (const gsync::error& e) {
     std::fprintf(stderr, "gsync-scale-probe: %s\n", e.what());
     return 1;

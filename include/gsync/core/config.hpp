@@ -209,6 +209,10 @@ inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}
     if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_NET_PROBE='" + *v + "' must be 0 (off) or 1 (on, the default)");
     o.net_probe = *v == "1";
   }
+  if (auto v = env("GSYNC_LAZY_CONNECT")) {
+    if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_LAZY_CONNECT='" + *v + "' must be 0 (connect every pair at start-up) or 1 (on first use, the default)");
+    o.lazy_connect = *v == "1";
+  }
   if (const double g = env_positive("GSYNC_NET_GBPS")) o.net_gbps = g;
   if (const double l = env_positive("GSYNC_NET_LATENCY_US")) o.net_latency_us = l;
   if (auto i = env("GSYNC_SOCKET_IFNAME")) o.socket_ifname = *i;

@@ -144,9 +144,10 @@ inline asio::ip::address resolve_host(asio::io_context& io, const std::string& h
   return results.begin()->endpoint().address();
 }
 
-/// Connects to `ep`, retrying refused connections (the listener may not be up yet) until `dl`.
+/// Connects to `ep`, retrying refused connections (the listener may not be up yet) until `dl`;
+/// with `retry_refused` false, a refusal is at once `errc::peer_lost` (the listener was up: it is gone).
 inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::endpoint& ep, deadline dl,
-                                           const std::string& what, const std::string& congestion = {}) {
+                                           const std::string& what, const std::string& congestion = {}, bool retry_refused = true) {
   auto backoff = std::chrono::milliseconds(5);
   std::string last = "no attempt";
   for (;;) {
@@ -169,6 +170,8 @@ inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::
     }
     if (err == 0) return s;
     last = errno_text(err);
+    if (!retry_refused && (err == ECONNREFUSED || err == ECONNRESET))
+      throw error(errc::peer_lost, "connection to " + what + " at " + ep.address().to_string() + ":" + std::to_string(ep.port()) + " refused (" + last + ")");
     if (steady::now() + backoff >= dl)
       throw error(errc::timeout, "could not connect to " + what + " at " + ep.address().to_string() + ":" +
                                      std::to_string(ep.port()) + " before the deadline (last error: " + last + ")");

@@ -47,6 +47,11 @@ struct tcp_options {
   /// Time the links between hosts at start-up when the ranks span several hosts
   /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.
   bool net_probe = true;
+  /// Connect a pair of ranks over TCP when a schedule first needs it, not all pairs at start-up
+  /// (GSYNC_LAZY_CONNECT=0 connects every pair at start-up). A ring or recursive-doubling job then
+  /// holds O(log N) connections per rank instead of N - 1. Same-host peers that talk through shared
+  /// memory are connected at start-up either way: their connection is the liveness signal.
+  bool lazy_connect = true;
 
   /// A shared-memory ring size the transport accepts: 4 KiB..1 GiB, a multiple of 64.
   static constexpr bool valid_ring_bytes(std::size_t b) noexcept { return b >= 4096 && b <= (std::size_t{1} << 30) && b % 64 == 0; }

@@ -4,7 +4,7 @@
 /// writes them without blocking (several per sendmsg), reads headers and payloads without
 /// blocking, and tells whether the peer has closed its end. Waiting, routing and the failure
 /// protocol are the mesh's (transport/mesh/); set-up (connect, accept, handshake) is
-/// transport/mesh/setup.ipp, which hands a connected socket over with `attach`.
+/// transport/mesh/connect.ipp, which hands a connected socket over with `attach`.
 /// What the choices of algorithms and memory paths read about it: `link_traits<tcp_link>`.
 
 #include <poll.h>
@@ -65,8 +65,10 @@ class tcp_link {
   /// Writes as much of the queue as the kernel takes now; several frames go out in one sendmsg.
   /// Adds the frames completed to `completed`. `err`: 0 when the queue is empty or the socket
   /// would block, else the errno of the failed write (the connection is lost); `bytes`: written.
+  /// Before `attach` (a pair connected on first use, transport/mesh/connect.ipp) frames wait here.
   link_io pump(std::size_t& completed) noexcept {
     link_io io;
+    if (fd_ < 0) return io;
     while (!q.empty()) {
       iovec iov[32];
       int k = 0;
@@ -201,15 +203,15 @@ class tcp_link {
 
 static_assert(link<tcp_link>);
 
-/// The TCP link's endpoint (`link_endpoint`): the mesh's own connection to every peer is a TCP
-/// link, connected before any link type is tried (it also carries the hello, the failure notices
-/// and, for a pair whose data goes another way, the liveness signal), so TCP connects every pair
-/// and belongs last in a mesh's list.
+/// The TCP link's endpoint (`link_endpoint`): the mesh's own connection to a peer is a TCP link
+/// (it also carries the hello, the failure notices and, for a pair whose data goes another way,
+/// the liveness signal). TCP connects every pair, at start-up or when the pair is first used
+/// (transport/mesh/connect.ipp), so it belongs last in a mesh's list.
 class tcp_endpoint {
  public:
   explicit tcp_endpoint(const link_setup&) noexcept {}
-  /// The pair's connection is there (always, once the mesh is connected).
-  bool connect(const link_setup&, int, tcp_link& l) const noexcept { return l.connected(); }
+  /// Always: the pair is connected now or will be on first use.
+  bool connect(const link_setup&, int, tcp_link&) const noexcept { return true; }
   void finish(const link_setup&) noexcept {}
   std::string report() const { return {}; }
 };

@@ -16,6 +16,9 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   posted_bytes_ += n;
   if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
+  // A lower rank not connected yet is dialed now; frames for a higher one wait in its queue
+  // until it dials this rank (connect.ipp).
+  if (unconnected(peer) && peer < rank_) dial(peer, std::chrono::steady_clock::now() + dial_timeout_, /*at_start=*/false);
   const frame_header h = make_header(id, n);
   with_link(peer, [&]<class L>(L& l) {
     // Nothing queued before it: a link that can take the whole frame now (a ring with room)
@@ -46,6 +49,7 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
       return take_stashed(peer, at, id, n, [&](const std::byte* p) { if (n) std::memcpy(dst, p, n); });
     claim.m = this, claim.peer = peer;
   }
+  if (unconnected(peer)) ensure_connected(peer, dl, id);
   with_link(peer, [&](auto& l) {
     frame_header h;
     // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
@@ -76,6 +80,7 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
     claim.m = this, claim.peer = peer;
     use = outside;
   }
+  if (unconnected(peer)) ensure_connected(peer, dl, id);
   with_link(peer, [&]<class L>(L& l) {
     if constexpr (link_traits<L>::reads_in_place) {
       frame_header h;

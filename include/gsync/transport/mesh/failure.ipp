@@ -87,7 +87,7 @@ inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost)
   const std::uint64_t first = lost >= 0 ? static_cast<std::uint64_t>(lost) + 1 : 0;  // the rank lost first, if any
   const frame_header nh{notice_magic, static_cast<std::uint32_t>(kind), first, notice_text_.size(), fingerprint{}};
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || unconnected(p)) continue;  // a peer never connected hears of it through the store
     auto& c = peers_[p];
     if (!c.q().empty() && c.q().front().done != 0) continue;  // mid-message: the stream cannot carry it
     // The notice replaces what is queued (fail() drops it anyway) and goes as far as the link
@@ -241,6 +241,12 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     }
     queued_ = 0;
     bell_queued_ = 0;
+    // No more dials (connect.ipp): a peer that needs this rank later is refused at once and
+    // looks up why in the store, rather than waiting for an answer that will not come.
+    if (acc_.is_open()) {
+      asio::error_code ig;
+      acc_.close(ig);
+    }
     if (shm_endpoint* own = bell_owner()) {
       own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
       if (my_lock()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it

@@ -7,9 +7,9 @@
 /// setup.ipp, data_path.ipp, link_path.ipp, progress.ipp, diagnostics.ipp and failure.ipp.
 ///
 /// A mesh of per-peer links (transport/links/, the `link` concept of core/concepts.hpp). Every
-/// peer has a TCP link (`tcp_link`, one connection per pair of ranks, established through the
-/// rendezvous store with Asio, then driven non-blocking by a small poll(2) progress loop): the
-/// mesh's own connection, for the hello, failure notices and liveness. Which link carries a
+/// peer has a TCP link (`tcp_link`, one connection per pair of ranks, made at start-up or when the
+/// pair is first used (connect.ipp), then driven non-blocking by a small poll(2) progress loop):
+/// the mesh's own connection, for the hello, failure notices and liveness. Which link carries a
 /// pair's data is picked at set-up, per peer, as the first type of `host_mesh::links`
 /// (`link_list<shm_link, tcp_link>`) whose endpoint connects the pair: shared memory for a
 /// same-host peer whose segment both ranks mapped, TCP otherwise. The links move bytes; the mesh
@@ -19,10 +19,12 @@
 ///
 /// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
 /// ephemeral port of its chosen address, publishes its record (bootstrap/rank_record.hpp: address,
-/// kernel, host) under `gsync/rank/R`, reads every rank's in one store call, connects to every
-/// lower rank (sending a hello frame naming itself and the job's nonce) and accepts from every
-/// higher rank (checking the hello: a connection from another job or with garbage is closed,
-/// logged, and setup goes on). Before the hello, both ends of every connection (and of every store
+/// kernel, host) under `gsync/rank/R`, reads every rank's in one store call, sets up the shared
+/// memory rings, then connects the pairs that connect at start-up (connect.ipp: all of them with
+/// GSYNC_LAZY_CONNECT=0, else only same-host pairs over shared memory): the higher rank dials,
+/// sending a hello frame naming itself and the job's nonce, the lower accepts and checks the hello
+/// (a connection from another job or with garbage is closed, logged, and the rank goes on). Other
+/// pairs connect the same way when a schedule first needs them. Before the hello, both ends of every connection (and of every store
 /// connection) run the job-key handshake of bootstrap/auth.hpp (GSYNC_JOB_KEY). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
 /// control (GSYNC_TCP_CONGESTION): BBR's pacing runs far below what loopback and short links carry
 /// (benchmarks/results/spin_yield.md).
@@ -306,6 +308,7 @@ class host_mesh {
   template <class L>
   void set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
   std::size_t queued_of(std::uint64_t comm);
+  static constexpr int listener_slot = -2;  // poll_set::idx of the listener (-1: the wake-up eventfd)
   struct poll_set {
     std::vector<pollfd> fds;
     std::vector<int> idx;
@@ -327,8 +330,18 @@ class host_mesh {
   void listen(const asio::ip::address& addr);
   std::string lost_rank();
   void tune(detail::net::tcp_socket& s);
-  void connect_lower(deadline dl);
-  void accept_higher(deadline dl);
+  // Connections (connect.ipp).
+  void connect_at_start(deadline dl);
+  void dial(int peer, deadline dl, bool at_start);
+  int admit(detail::net::tcp_socket& s, deadline dl);
+  void accept_ready(deadline dl);
+  void ensure_connected(int peer, deadline dl, message_id id);
+  void check_lost_while_unconnected();
+  // True when `peer`'s data goes over a TCP link not connected yet (connect.ipp).
+  bool unconnected(int peer) const noexcept {
+    const auto& c = peers_[static_cast<std::size_t>(peer)];
+    return c.via == links::index_of<tcp_link> && !c.tcp().connected();
+  }
   void exchange_hosts(const bootstrap::launch_info& li);
   std::string missing_ranks(const std::vector<std::string>& keys);
   void connect_links(deadline dl);
@@ -443,6 +456,9 @@ class host_mesh {
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
   std::vector<bootstrap::rank_record> records_;  // every rank's set-up record (setup.ipp)
+  int connected_ = 0;                             // peers with a TCP connection (connect.ipp)
+  std::chrono::milliseconds dial_timeout_{0};     // how long a dial made by post_send may block
+  std::chrono::steady_clock::time_point lost_check_next_{};  // check_lost_while_unconnected
   std::size_t queued_ = 0;       // messages queued, all peers
   std::uint64_t posted_bytes_ = 0;  // payload bytes handed to post_send (payload_bytes_posted)
   std::size_t bell_queued_ = 0;  // of which to peers whose data link is waited for by doorbell

@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "gsync/transport/mesh/connect.ipp"
 #include "gsync/transport/mesh/data_path.ipp"
 #include "gsync/transport/mesh/diagnostics.ipp"
 #include "gsync/transport/mesh/failure.ipp"

@@ -20,6 +20,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   if (bell_progress(in_peer)) return;
+  // Peers not connected yet may dial this rank at any time (connect.ipp): the listener is watched
+  // by every wait; one that depends on such a dial also asks the store whether a rank was lost.
+  const bool listening = connected_ < size_ - 1 && acc_.is_open();
+  bool awaiting = in_peer >= 0 && unconnected(in_peer);
   const bool sock_in = in_peer >= 0 && !in_bell;
   const bool sock_out = queued_ > bell_queued_;
   const bool bell_wait = in_bell || bell_queued_ > 0;
@@ -48,12 +52,18 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   }
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].by_doorbell() && !peers_[p].q().empty()) {
-      if (p == in_peer) pfds_[0].events |= POLLOUT;
+      if (unconnected(p)) awaiting = true;  // its frames wait for it to dial
+      else if (p == in_peer) pfds_[0].events |= POLLOUT;
       else {
         pfds_.push_back({data_fd(p), POLLOUT, 0});
         pidx_.push_back(p);
       }
     }
+  if (awaiting) check_lost_while_unconnected();
+  if (listening) {
+    pfds_.push_back({acc_.native_handle(), POLLIN, 0});
+    pidx_.push_back(listener_slot);
+  }
   int r = 0;
   if (opt_.spin_us > 0 || bell_wait) {  // short busy poll: a reply often comes within microseconds
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, bell_wait ? 20 : 0));
@@ -111,6 +121,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     timed_out(in_peer, id);
   }
   for (std::size_t i = 0; i < pfds_.size(); ++i) {
+    if (pidx_[i] == listener_slot) {  // a peer dials
+      if (pfds_[i].revents & POLLIN) accept_ready(dl);
+      continue;
+    }
     if (pidx_[i] < 0) {  // the wake-up eventfd (shared mode): drain it
       std::uint64_t v;
       if (pfds_[i].revents & POLLIN) [[maybe_unused]] const auto rd = ::read(wake_fd_, &v, sizeof v);
@@ -173,6 +187,8 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   }
   check_bell_peers(in_peer, id);
   if (sockets) watch_idle_sockets(id);
+  // A peer on another host may be dialing this rank (connect.ipp): taken after each sleep.
+  if (connected_ < size_ - 1 && acc_.is_open()) accept_ready(dl);
   if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
 }
 

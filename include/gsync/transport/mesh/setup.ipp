@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// Set-up of the host mesh (runs once, out of the data path): the store and the job nonce, the hello
-/// exchange, listening, connecting lower ranks and accepting higher ones, the shared-memory rings,
-/// the spin / yield settings and the start-up link probe; and the tear-down.
+/// Set-up of the host mesh (runs once, out of the data path): the store, the job nonce and the
+/// ranks' set-up records, listening, the shared-memory rings, the connections made at start-up
+/// (connect.ipp), the spin / yield settings and the start-up link probe; and the tear-down.
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
@@ -12,7 +12,7 @@ namespace gsync::transport {
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
 inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
-    : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_) {
+    : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_), dial_timeout_(timeout) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
   check_options(opt_);  // explicit values too: a bad one fails every rank the same way, before any connection
@@ -80,9 +80,10 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
               ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
               std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
     peers_.resize(static_cast<std::size_t>(size_));
+    exchange_hosts(li);
+    connect_links(dl);
     try {
-      connect_lower(dl);
-      accept_higher(dl);
+      connect_at_start(dl);
     } catch (const error& e) {
       // A peer that vanished mid-handshake may itself have failed because another rank was lost
       // first: report that root cause when the store knows it.
@@ -91,9 +92,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
           throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
       throw;
     }
-    acc_.close();
-    exchange_hosts(li);
-    connect_links(dl);
+    if (!opt_.lazy_connect) acc_.close();  // else it takes the connections made on first use
     // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
     // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
     // every rank is ready, every peer has mapped the segment and its name can go.
@@ -121,7 +120,8 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milli
     for (std::size_t i = 0; i < links::size; ++i)
       how += (i ? ", " : "") + std::to_string(per_type[i]) + " over " + std::string(links::names[i]);
     std::apply([&](const auto&... e) { ((reports += e.report().empty() ? std::string() : ", " + e.report()), ...); }, *eps_);
-    log_.info("connected to " + std::to_string(size_ - 1) + " peers: " + how + " (" + std::to_string(local_size_) +
+    log_.info("peers: " + how + "; " + std::to_string(connected_) + " of " + std::to_string(size_ - 1) + " connected at start-up" +
+              (opt_.lazy_connect && connected_ < size_ - 1 ? ", the others on first use" : "") + " (" + std::to_string(local_size_) +
               " ranks on this host, " + std::to_string(machine_ranks_) + " on this machine, spin " +
               std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
               std::to_string(opt_.tcp_yield_us) + " us" + reports + ")");
@@ -246,75 +246,7 @@ inline void host_mesh::tune(detail::net::tcp_socket& s) {
   }
 }
 
-inline void host_mesh::connect_lower(deadline dl) {
-  for (int j = 0; j < rank_; ++j) {
-    const bootstrap::rank_record& r = records_[static_cast<std::size_t>(j)];
-    asio::error_code ec;
-    const auto addr = asio::ip::make_address(r.address, ec);
-    if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of rank " + std::to_string(j));
-    asio::ip::tcp::endpoint ep(addr, r.port);
-    auto s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, "rank " + std::to_string(j), opt_.congestion));
-    tune(*s);
-    bootstrap::auth::client_handshake(s->native_handle(), key_, dl, "rank " + std::to_string(j));
-    hello h;
-    h.rank = rank_;
-    h.size = size_;
-    h.nonce = nonce_;
-    detail::write_all(s->native_handle(), &h, sizeof h, dl, "rank " + std::to_string(j));
-    peers_[j].tcp().attach(s->release());  // the TCP link owns the socket from here
-  }
-}
-
-inline void host_mesh::accept_higher(deadline dl) {
-  int missing = size_ - 1 - rank_;
-  while (missing > 0) {
-    auto s = std::make_unique<detail::net::tcp_socket>(io_);
-    // Wait in slices, asking the store between them whether a rank was lost: a rank that died
-    // before connecting must not keep this one waiting until the setup deadline.
-    bool got = false;
-    while (!got) {
-      const deadline slice = std::min(dl, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
-      got = detail::accept_until(acc_, *s, slice);
-      if (got || slice >= dl) break;
-      if (store_->check("gsync/lost", dl))
-        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " +
-                                         store_->get("gsync/lost", dl));
-    }
-    if (!got) {
-      std::string who;
-      for (int j = rank_ + 1; j < size_; ++j)
-        if (!peers_[j].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
-      throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
-    }
-    tune(*s);
-    hello h;
-    std::string from;
-    try {
-      asio::error_code ig;
-      from = s->remote_endpoint(ig).address().to_string();
-      // A stranger gets a few seconds to identify itself, never the whole setup deadline.
-      const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      std::string why;
-      if (!bootstrap::auth::accept_handshake(s->native_handle(), key_, hdl, "connecting peer " + from, why)) {
-        log_.warn("rejected a connection from " + from + ": " + why);
-        continue;
-      }
-      detail::read_all(s->native_handle(), &h, sizeof h, hdl, "connecting peer " + from);
-    } catch (const error& e) {
-      log_.warn("rejected a connection from " + from + ": " + e.what());
-      continue;
-    }
-    if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
-        h.rank >= size_ || peers_[h.rank].tcp().connected()) {
-      log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
-      continue;
-    }
-    peers_[h.rank].tcp().attach(s->release());  // the TCP link owns the socket from here
-    --missing;
-  }
-}
-
-// The host identities (runs once, after the TCP mesh), from the ranks' set-up records: the
+// The host identities (runs once, before any connection), from the ranks' set-up records: the
 // topology, the ranks of this host and those on this machine follow.
 inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li) {
   std::vector<std::string> ids(static_cast<std::size_t>(size_));
@@ -333,7 +265,8 @@ inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li) {
   cores_shared_ = static_cast<unsigned>(std::max(li.local_size > 0 ? li.local_size : local_size_, machine_ranks_)) > cores;
 }
 
-// Picks every peer's data link (runs once, after the host identities): each link type's
+// Picks every peer's data link (runs once, after the host identities, before the TCP connections
+// of connect.ipp): each link type's
 // endpoint publishes what its peers need, then each peer gets the first type in `links` whose
 // endpoint connects the pair (both ranks decide alike from what both published), and the
 // endpoints finish with every peer placed.

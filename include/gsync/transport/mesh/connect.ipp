@@ -1,0 +1,162 @@
+#pragma once
+/// \file
+/// The mesh's TCP connections: which pairs connect at start-up, and how a pair connects later,
+/// when a schedule first needs it (`tcp_options::lazy_connect`, the default).
+///
+/// The higher rank of a pair always dials the lower one's listener (its address is in the set-up
+/// records every rank read at start-up: no store request), runs the job-key handshake and sends
+/// a hello naming itself; the lower rank accepts, checks the hello and attaches the socket to the
+/// pair's TCP link. One direction per pair means two ranks never connect to each other at once,
+/// and a chain of ranks each dialing a lower one cannot close into a cycle.
+///   - At start-up: every pair when lazy_connect is off; else only the same-host peers whose data
+///     goes through shared memory (their connection is the liveness signal, transport/mesh/host_mesh.hpp).
+///   - On first use: a call that sends to or receives from a lower rank not connected yet dials it
+///     (blocking, until the peer's next wait accepts: every wait polls the listener); a call that
+///     needs a higher rank waits for it to dial, queuing its sends meanwhile. While it waits for a
+///     dial, a rank asks the store every 200 ms whether a rank was lost, so that a peer that died
+///     before connecting is reported, not waited for until the deadline.
+/// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
+
+#include "gsync/transport/mesh/host_mesh.hpp"
+
+namespace gsync::transport {
+
+// The connections made at start-up (see the file comment); the others wait for first use.
+inline void host_mesh::connect_at_start(deadline dl) {
+  std::vector<char> now(static_cast<std::size_t>(size_), 0);
+  for (int p = 0; p < size_; ++p)
+    now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || peers_[static_cast<std::size_t>(p)].via != links::index_of<tcp_link>);
+  for (int j = 0; j < rank_; ++j)
+    if (now[static_cast<std::size_t>(j)]) dial(j, dl, /*at_start=*/true);
+  int missing = 0;
+  for (int j = rank_ + 1; j < size_; ++j) missing += now[static_cast<std::size_t>(j)];
+  while (missing > 0) {
+    auto s = std::make_unique<detail::net::tcp_socket>(io_);
+    // Wait in slices, asking the store between them whether a rank was lost: a rank that died
+    // before connecting must not keep this one waiting until the setup deadline.
+    bool got = false;
+    while (!got) {
+      const deadline slice = std::min(dl, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
+      got = detail::accept_until(acc_, *s, slice);
+      if (got || slice >= dl) break;
+      if (store_->check("gsync/lost", dl))
+        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " +
+                                         store_->get("gsync/lost", dl));
+    }
+    if (!got) {
+      std::string who;
+      for (int j = rank_ + 1; j < size_; ++j)
+        if (now[static_cast<std::size_t>(j)] && !peers_[static_cast<std::size_t>(j)].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
+      throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
+    }
+    // A higher rank that has finished its set-up may already dial for its first operation: it
+    // is admitted too, but only the ones awaited here count.
+    const int r = admit(*s, dl);
+    if (r >= 0 && now[static_cast<std::size_t>(r)]) --missing;
+  }
+}
+
+// Dials lower rank `peer` (see the file comment) and attaches the connection to its TCP link. At
+// start-up a refused connection is retried (the peer may not listen yet); later the peer's
+// listener is known to be up, so a refusal means it is gone.
+inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
+  const bootstrap::rank_record& r = records_[static_cast<std::size_t>(peer)];
+  const std::string who = "rank " + std::to_string(peer);
+  asio::error_code ec;
+  const auto addr = asio::ip::make_address(r.address, ec);
+  if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of " + who);
+  const asio::ip::tcp::endpoint ep(addr, r.port);
+  std::unique_ptr<detail::net::tcp_socket> s;
+  try {
+    s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start));
+    tune(*s);
+    bootstrap::auth::client_handshake(s->native_handle(), key_, dl, who);
+    hello h;
+    h.rank = rank_;
+    h.size = size_;
+    h.nonce = nonce_;
+    detail::write_all(s->native_handle(), &h, sizeof h, dl, who);
+  } catch (const error& e) {
+    if (at_start) throw;
+    // In an operation: through the failure protocol, so that the peers hear of it too.
+    if (e.kind() == errc::peer_lost)
+      lost(peer, "rank " + std::to_string(rank_) + ": could not connect to " + who + " (" + e.what() + "): it exited or crashed");
+    fail(e.kind(), "rank " + std::to_string(rank_) + ": connecting to " + who + ": " + e.what());
+  }
+  peers_[static_cast<std::size_t>(peer)].tcp().attach(s->release());  // the TCP link owns the socket from here
+  ++connected_;
+}
+
+// Runs the accepting side of a new connection: the job-key handshake and the hello, a few seconds
+// at most (a stranger must not hold this rank). Attaches the socket to the dialing rank's TCP
+// link and returns that rank, or logs why it refused the connection and returns -1.
+inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
+  tune(s);
+  hello h;
+  std::string from;
+  try {
+    asio::error_code ig;
+    from = s.remote_endpoint(ig).address().to_string();
+    const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    std::string why;
+    if (!bootstrap::auth::accept_handshake(s.native_handle(), key_, hdl, "connecting peer " + from, why)) {
+      log_.warn("rejected a connection from " + from + ": " + why);
+      return -1;
+    }
+    detail::read_all(s.native_handle(), &h, sizeof h, hdl, "connecting peer " + from);
+  } catch (const error& e) {
+    log_.warn("rejected a connection from " + from + ": " + e.what());
+    return -1;
+  }
+  if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
+      h.rank >= size_ || peers_[static_cast<std::size_t>(h.rank)].tcp().connected()) {
+    log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
+    return -1;
+  }
+  peers_[static_cast<std::size_t>(h.rank)].tcp().attach(s.release());  // the TCP link owns the socket from here
+  ++connected_;
+  return h.rank;
+}
+
+// Admits every connection waiting on the listener now, without blocking for new ones.
+inline void host_mesh::accept_ready(deadline dl) {
+  if (!acc_.is_open()) return;
+  for (;;) {
+    detail::net::tcp_socket s(io_);
+    asio::error_code ec;
+    acc_.accept(s, ec);
+    if (ec) {
+      if (bootstrap::out_of_descriptors(ec))
+        fail(errc::system, bootstrap::fd_exhausted("rank " + std::to_string(rank_) + ": accepting a peer's connection", size_).what());
+      return;  // would block (nothing waiting), or a connection that went away before it was taken
+    }
+    admit(s, dl);
+  }
+}
+
+// Makes sure `peer`'s TCP link is connected before data moves on it: dials a lower rank, waits
+// (through the progress loop, which admits dials) for a higher one. Only for a peer whose data
+// goes over TCP; others were connected at start-up.
+inline void host_mesh::ensure_connected(int peer, deadline dl, message_id id) {
+  if (peers_[static_cast<std::size_t>(peer)].tcp().connected()) return;
+  if (peer < rank_) return dial(peer, dl, /*at_start=*/false);
+  while (!peers_[static_cast<std::size_t>(peer)].tcp().connected()) wait_progress(peer, dl, id);
+}
+
+// Called by a wait that depends on a dial (a read from, or sends queued for, a higher rank not
+// connected yet): at most every 200 ms, fails naming the lost rank when the store has one.
+inline void host_mesh::check_lost_while_unconnected() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < lost_check_next_) return;
+  lost_check_next_ = now + std::chrono::milliseconds(200);
+  std::string lost;
+  try {
+    const deadline d = now + std::chrono::milliseconds(500);
+    if (store_->check("gsync/lost", d)) lost = store_->get("gsync/lost", d);
+  } catch (const error&) {
+    lost = "the store (served by rank 0) cannot be reached: rank 0 has probably died";
+  }
+  if (!lost.empty()) fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for a peer to connect: " + lost);
+}
+
+}  // namespace gsync::transport
