@@ -337,6 +337,8 @@ class host_mesh {
   void accept_ready(deadline dl);
   void ensure_connected(int peer, deadline dl, message_id id);
   void check_lost_while_unconnected();
+  // True while a peer not connected yet may still dial this rank: waits watch the listener.
+  bool may_be_dialed() const noexcept { return connected_ < size_ - 1 && acc_.is_open(); }
   // True when `peer`'s data goes over a TCP link not connected yet (connect.ipp).
   bool unconnected(int peer) const noexcept {
     const auto& c = peers_[static_cast<std::size_t>(peer)];

@@ -22,7 +22,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   if (bell_progress(in_peer)) return;
   // Peers not connected yet may dial this rank at any time (connect.ipp): the listener is watched
   // by every wait; one that depends on such a dial also asks the store whether a rank was lost.
-  const bool listening = connected_ < size_ - 1 && acc_.is_open();
+  const bool listening = may_be_dialed();
   bool awaiting = in_peer >= 0 && unconnected(in_peer);
   const bool sock_in = in_peer >= 0 && !in_bell;
   const bool sock_out = queued_ > bell_queued_;
@@ -188,7 +188,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   check_bell_peers(in_peer, id);
   if (sockets) watch_idle_sockets(id);
   // A peer on another host may be dialing this rank (connect.ipp): taken after each sleep.
-  if (connected_ < size_ - 1 && acc_.is_open()) accept_ready(dl);
+  if (may_be_dialed()) accept_ready(dl);
   if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
 }
 
