@@ -207,14 +207,14 @@ gsync::config ipc_config(std::size_t slot_bytes, const char* algo) {
 
 }  // namespace
 
-TEST_CASE("device allreduce over CUDA IPC: every dtype x op, one-shot and two-shot, world sizes 1-4") {
+TEST_CASE("device allreduce over CUDA IPC: each element size and kind x every op, one-shot and two-shot, world sizes 1-4") {
   fake_cuda_scope fk(true);
   const bool small = std::getenv("GSYNC_TEST_MEDIUM") != nullptr;  // under the sanitizers: fewer shapes
   for (const char* algo : {"oneshot", "twoshot"})
     for (int n : {1, 2, 3, 4})
       for (std::size_t count : {std::size_t{1}, std::size_t{67}, std::size_t{1021}}) {
         if (small && (count == 67 || n == 3)) continue;
-        gsync_test::for_each_dtype([&]<class T>() {
+        gsync_test::for_each_device_dtype([&]<class T>() {
           gsync_test::for_each_op([&]<class Op>() {
             CAPTURE(algo);
             CAPTURE(n);

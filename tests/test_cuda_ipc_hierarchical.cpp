@@ -99,30 +99,44 @@ TEST_CASE("hierarchical device allreduce: parts and forms cover every element on
   CHECK(ipc::choose_form(ipc::two_level_max_bytes(8), 8) == ipc::hier_form::three_level);
 }
 
-TEST_CASE("hierarchical device allreduce: every dtype x op, both forms, 2-3 hosts of 2-3 ranks") {
+TEST_CASE("hierarchical device allreduce: each element size and kind x every op, both forms, 2-3 hosts of 2-3 ranks") {
   fake_cuda_scope fk(true);
   const bool small = std::getenv("GSYNC_TEST_MEDIUM") != nullptr;  // under the sanitizers: fewer shapes
   struct shape {
     int n, per_host;
   };
-  for (shape sh : {shape{4, 2}, shape{6, 3}, shape{6, 2}})
-    // 1 element; several chunks of the 64 KiB slots; two-level for 2- and 4-byte types but
-    // three-level for 8-byte ones; three-level for all but the 2-byte types.
-    for (std::size_t count : {std::size_t{1}, std::size_t{20011}, std::size_t{70001}, std::size_t{140001}}) {
-      if (small && (sh.n == 6 || count == 20011)) continue;
-      gsync_test::for_each_dtype([&]<class T>() {
-        gsync_test::for_each_op([&]<class Op>() {
-          CAPTURE(sh.n);
-          CAPTURE(sh.per_host);
-          CAPTURE(count);
-          CAPTURE(gsync::name(gsync::dtype_of<T>));
-          CAPTURE(gsync::detail::op_name<Op>());
-          bool across = false;
-          hier_case<T, Op>(fk.api, sh.n, sh.per_host, count, count % 2 == 0, hier_config(64 << 10), &across);
-          CHECK(across);
-        });
+  // The shapes take turns over the dtype x op pairs at each count (the schedule depends on the
+  // shape, the count and the element size; the reduction on dtype and op), so each shape still sees
+  // every element size and every op; running every combination takes 3x as long. Under the
+  // sanitizers (one shape, three counts) the counts take turns the same way.
+  const shape shapes[] = {shape{4, 2}, shape{6, 3}, shape{6, 2}};
+  int shapes_run[3] = {0, 0, 0};
+  // 1 element; several chunks of the 64 KiB slots; two-level for 2- and 4-byte types but
+  // three-level for 8-byte ones; three-level for all but the 2-byte types.
+  const std::size_t counts[] = {1, 20011, 70001, 140001};
+  for (int ci = 0; ci < 4; ++ci) {
+    const std::size_t count = counts[ci];
+    if (small && count == 20011) continue;
+    int pair = 0;
+    gsync_test::for_each_device_dtype([&]<class T>() {
+      gsync_test::for_each_op([&]<class Op>() {
+        const int turn = (pair++ + (small && ci > 0 ? ci - 1 : ci)) % 3;  // small: counts 0, 1, 2 of those run
+        if (small && turn != 0) return;
+        const int which = small ? 0 : turn;
+        const shape sh = shapes[which];
+        ++shapes_run[which];
+        CAPTURE(sh.n);
+        CAPTURE(sh.per_host);
+        CAPTURE(count);
+        CAPTURE(gsync::name(gsync::dtype_of<T>));
+        CAPTURE(gsync::detail::op_name<Op>());
+        bool across = false;
+        hier_case<T, Op>(fk.api, sh.n, sh.per_host, count, count % 2 == 0, hier_config(64 << 10), &across);
+        CHECK(across);
       });
-    }
+    });
+  }
+  for (int w = 0; w < (small ? 1 : 3); ++w) CHECK(shapes_run[w] > 0);
   CHECK(fk.ipc.calls.load() > 0);
   CHECK(fk.api.exportable_now.load() == 0);
   CHECK(fk.api.registered_now.load() == 0);

@@ -68,11 +68,11 @@ void device_allreduce_case(fake_cuda& api, int n, std::size_t count, bool out_of
 
 }  // namespace
 
-TEST_CASE("device allreduce through staging: every dtype x op, world sizes 1-4, stream-ordered, equal to the host path") {
+TEST_CASE("device allreduce through staging: each element size and kind x every op, world sizes 1-4, stream-ordered, equal to the host path") {
   fake_cuda_scope fk;
   for (int n : {1, 2, 3, 4})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(n - 1 ? n - 1 : 2), std::size_t{1021}}) {
-      gsync_test::for_each_dtype([&]<class T>() {
+      gsync_test::for_each_device_dtype([&]<class T>() {
         gsync_test::for_each_op([&]<class Op>() {
           CAPTURE(n);
           CAPTURE(count);

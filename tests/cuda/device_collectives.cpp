@@ -60,7 +60,7 @@ struct dbuf {
 template <class Comm>
 void allreduce_sweep(Comm& comm, cudaStream_t s, std::size_t count) {
   const int n = comm.size(), r = comm.rank();
-  gsync_test::for_each_dtype([&]<class T>() {
+  gsync_test::for_each_device_dtype([&]<class T>() {
     gsync_test::for_each_op([&]<class Op>() {
       std::vector<T> in(count), host(count);
       for (std::size_t i = 0; i < count; ++i) host[i] = in[i] = gsync_test::input<T, Op>(r, i);

@@ -113,6 +113,23 @@ void for_each_dtype(F&& f) {
   f.template operator()<std::uint64_t>();
 }
 
+/// The element types the device-path tests sweep (staging, CUDA IPC, hierarchical, the GPU
+/// program tests/cuda/device_collectives.cpp): one per element size and kind, the set above takes
+/// under the sanitizers. What those paths do per type depends on its size (chunks, windows, slots)
+/// and kind; the per-type reduction they call is checked for all twelve types against the host
+/// loops (test_cuda_packs, and tests/cuda/kernels.cu on a GPU) and through every host algorithm.
+/// The twelve here would double the build time of four of the costliest files (CI time).
+template <class F>
+void for_each_device_dtype(F&& f) {
+  f.template operator()<float>();
+  f.template operator()<double>();
+  f.template operator()<gsync::half>();
+  f.template operator()<gsync::bfloat16>();
+  f.template operator()<std::int8_t>();
+  f.template operator()<std::int32_t>();
+  f.template operator()<std::uint64_t>();
+}
+
 /// Calls `f.template operator()<Op>()` for every built-in reduction operator.
 template <class F>
 void for_each_op(F&& f) {
