@@ -119,16 +119,18 @@ class job_key {
 inline constexpr std::string_view server_label = "gsync-auth-v1 server";  ///< label of the server's proof
 inline constexpr std::string_view client_label = "gsync-auth-v1 client";  ///< label of the client's proof
 
-/// A fresh random challenge: libcrypto's generator, else the kernel's (getrandom, /dev/urandom).
-/// Throws errc::system when neither delivers: a predictable challenge would let a recorded
-/// handshake be replayed, so there is no weaker fallback here.
+/// A fresh random challenge: the kernel's generator (getrandom, /dev/urandom), else libcrypto's.
+/// The kernel's first: libcrypto's generator costs each process about 1 ms to set up, paid by
+/// every rank at start-up (benchmarks/results/scale/README.md). Throws errc::system when none
+/// delivers: a predictable challenge would let a recorded handshake be replayed, so there is no
+/// weaker fallback here.
 inline nonce fresh_nonce() {
   nonce n{};
+  if (detail::random::os_bytes(n.data(), n.size())) return n;
 #if defined(GSYNC_HAVE_OPENSSL)
   if (RAND_bytes(n.data(), static_cast<int>(n.size())) == 1) return n;
 #endif
-  if (detail::random::os_bytes(n.data(), n.size())) return n;
-  throw error(errc::system, "no random bytes for the authentication challenge (neither libcrypto nor getrandom nor /dev/urandom delivered)");
+  throw error(errc::system, "no random bytes for the authentication challenge (neither getrandom nor /dev/urandom nor libcrypto delivered)");
 }
 
 /// Initiator side on connected socket `fd`: proves the key and checks the server's proof.
