@@ -2,8 +2,12 @@
 // (benchmarks/scale_bench.sh runs it at N = 8 .. 256, GSYNC_SHM_DISABLE=1).
 //
 //   gsyncrun -n N -- gsync-scale-probe [--json FILE] [--check-sockets]
+//   gsyncrun -n N -- gsync-scale-probe --launch-only PREFIX
 //
-// Each rank times its set-up (from_env until it returns), then runs float32 sum allreduces of
+// Each rank times its set-up (from_env until it returns) and notes when it entered and left it on
+// the wall clock, so that the launch (how far apart the ranks reached from_env) is told apart
+// from set-up proper (from the last rank's arrival until every rank has returned); it times its
+// first collective (a barrier: the connections it needs are made then), and then runs float32 sum allreduces of
 // 8 B, 64 KiB and 1 MiB (automatic choice), then with the ring and with recursive doubling forced,
 // each checked against the exact sum, and counts the sockets it holds (/proc/self/fd entries that
 // are sockets) after set-up and after the allreduces. Rank 0 prints the slowest set-up, the
@@ -11,13 +15,18 @@
 // own (it also serves the store: one more socket per rank). With --check-sockets it exits 1 when
 // a rank holds more than 2 ceil(log2 N) + 4 sockets after the allreduces (rank 0: N + 1 more),
 // the bound of issue 29 for connections made on first use.
+// --launch-only: the launch floor. Each rank writes the wall-clock time it reached main to
+// PREFIX.RANK and exits without joining: the same binary, libraries and launcher, no gsync set-up
+// (scale_bench.sh reports how far apart the ranks started).
 #include <gsync/gsync.hpp>
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <fstream>
@@ -39,16 +48,34 @@ int open_sockets() {
   return n;
 }
 
+/// CPU time this process has used (user + system), in seconds.
+double cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto wall = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
+  const double entered = wall();
+  const double cpu_at_main = cpu_s();  // exec, the loader, static initialisers
   std::string json;
   bool check_sockets = false;
+  double launch_floor = -1;  // --launch-floor S: what scale_bench.sh measured with --launch-only, for the record
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--launch-only") == 0 && i + 1 < argc) {
+      const char* r = std::getenv("GSYNC_RANK");
+      std::ofstream f(std::string(argv[i + 1]) + "." + (r ? r : "0"));
+      f << std::fixed << entered << "\n";
+      return f ? 0 : 1;
+    }
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+    else if (std::strcmp(argv[i], "--launch-floor") == 0 && i + 1 < argc) launch_floor = std::atof(argv[++i]);
     else if (std::strcmp(argv[i], "--check-sockets") == 0) check_sockets = true;
     else {
-      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE] [--check-sockets]\n");
+      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE] [--check-sockets] | --launch-only PREFIX\n");
       return 2;
     }
   }
@@ -56,8 +83,13 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     auto comm = gsync::tcp_communicator::from_env();
     const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double left = wall();
+    const double cpu_setup = cpu_s() - cpu_at_main;
     const int n = comm.size(), r = comm.rank();
     const double sockets_setup = open_sockets();
+    const auto b0 = std::chrono::steady_clock::now();
+    gsync::barrier(comm);
+    const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
     double times[3] = {0, 0, 0};
     const std::size_t sizes[3] = {8, 64 << 10, 1 << 20};
     int bad = 0;
@@ -102,15 +134,32 @@ int main(int argc, char** argv) {
     const double bound = 2.0 * lg + 4;
     double t[3] = {times[0], times[1], times[2]};
     gsync::allreduce(comm, std::span<double>{t}, gsync::op::max{});
+    // Wall-clock arrivals and departures (all ranks on one host here: one clock).
+    double late[3] = {entered, left, first_s}, early[1] = {entered};
+    gsync::allreduce(comm, std::span<double>{late}, gsync::op::max{});
+    gsync::allreduce(comm, std::span<double>{early}, gsync::op::min{});
+    // CPU per rank: to reach main, and in set-up (mean over ranks, the largest, rank 0's: it serves the store)
+    double cpu_sum[2] = {cpu_at_main, cpu_setup}, cpu_max[1] = {r ? cpu_setup : 0};
+    gsync::allreduce(comm, std::span<double>{cpu_sum}, gsync::op::sum{});
+    gsync::allreduce(comm, std::span<double>{cpu_max}, gsync::op::max{});
+    const double launch_s = late[0] - early[0], after_last_s = late[1] - late[0];
     if (r == 0) {
       std::printf("ranks %d  set-up %.3f s (slowest rank)  sockets per rank (1..N-1) after set-up: max %.0f mean %.1f; after allreduces: "
                   "max %.0f mean %.1f (bound 2 ceil(log2 N) + 4 = %.0f); rank 0 (serves the store): %.0f, then %.0f\n",
                   n, mx[0], mx[1], sm[0] / others, mx[2], sm[1] / others, bound, sm[2], sm[3]);
+      std::printf("launch: ranks reached set-up within %.3f s (the same binary without set-up: %.3f s); set-up after the last one "
+                  "arrived: %.3f s; first barrier %.3f s\n",
+                  launch_s, launch_floor, after_last_s, late[2]);
+      std::printf("CPU per rank: %.1f ms to reach main, %.1f ms in set-up (largest but rank 0: %.1f ms; rank 0, which serves the store: %.1f ms)\n",
+                  1e3 * cpu_sum[0] / n, 1e3 * cpu_sum[1] / n, 1e3 * cpu_max[0], 1e3 * cpu_setup);
       std::printf("allreduce float32 sum (slowest rank, us per call): 8 B %.1f  64 KiB %.1f  1 MiB %.1f  wrong elements: %.0f\n", t[0], t[1],
                   t[2], mx[3]);
       if (!json.empty()) {
         std::ofstream f(json);
-        f << "{\"ranks\": " << n << ", \"setup_s\": " << mx[0] << ", \"sockets_setup_max\": " << mx[1] << ", \"sockets_setup_mean\": "
+        f << "{\"ranks\": " << n << ", \"setup_s\": " << mx[0] << ", \"launch_spread_s\": " << launch_s
+          << ", \"launch_floor_s\": " << launch_floor << ", \"cpu_to_main_ms_mean\": " << 1e3 * cpu_sum[0] / n
+          << ", \"cpu_setup_ms_mean\": " << 1e3 * cpu_sum[1] / n << ", \"cpu_setup_ms_max_not_rank0\": " << 1e3 * cpu_max[0]
+          << ", \"rank0_cpu_setup_ms\": " << 1e3 * cpu_setup << ", \"setup_after_last_arrival_s\": " << after_last_s << ", \"first_barrier_s\": " << late[2] << ", \"sockets_setup_max\": " << mx[1] << ", \"sockets_setup_mean\": "
           << sm[0] / others << ", \"sockets_after_max\": " << mx[2] << ", \"sockets_after_mean\": " << sm[1] / others
           << ", \"rank0_sockets_setup\": " << sm[2] << ", \"rank0_sockets_after\": " << sm[3] << ", \"sockets_bound\": " << bound
           << ", \"allreduce_us\": {\"8\": " << t[0] << ", \"65536\": " << t[1] << ", \"1048576\": " << t[2] << "}, \"wrong\": " << mx[3]
