@@ -90,3 +90,50 @@ TEST_CASE("stall report: the waiting ranks name the rank that has not reached th
   CHECK(named);
   CHECK(log.find("[gsync rank 2] WARN: rank 2: allreduce") == std::string::npos);  // the late rank itself did not stall
 }
+
+// Each communicator numbers its own operations: a rank stalled in a sub-communicator's op #2 is
+// not in a mismatch with a rank waiting for it in the world's op #2. Rank 0 waits for rank 1 in
+// the world's op #2 while rank 1 waits for rank 3 in its pair's op #2 (rank 3 is busy outside
+// gsync): rank 0's report names rank 1 as waiting in the other communicator, and every call
+// completes (rank 0 compares rank 1's stall record each second; it used to read it as another
+// call under the same op number and fail with a mismatch).
+TEST_CASE("stall report: a rank waiting in a sub-communicator's operation of the same number is no mismatch") {
+  gsync::config cfg;
+  cfg.transport.stall_warn_s = 2;  // records published after 1 s, compared every second, reported at 2 s
+  cfg.timeout = 60s;
+  std::string log;
+  {
+    stderr_capture cap;
+    gsync_test::run_tcp(4, [&cap](auto& comm, auto&) {
+      const int r = comm.rank();
+      auto pair = comm.split(r % 2, r);  // world op #1; pairs {0, 2} and {1, 3}
+      std::vector<float> p(8, 1.0f), w(16, 1.0f);
+      gsync::allreduce(pair, std::span<float>{p});  // the pair's op #1
+      CHECK(p[0] == 2.0f);
+      if (r == 3) {
+        // Busy outside gsync until rank 0 has reported its wait (at most 30 s), by which time
+        // it has compared rank 1's record at least once.
+        const auto until = std::chrono::steady_clock::now() + 30s;
+        while (cap.text().find("[gsync rank 0] WARN: rank 0: allreduce(float32, 16, sum)") == std::string::npos &&
+               std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(50ms);
+      }
+      if (r % 2 == 1) {
+        gsync::allreduce(pair, std::span<float>{p});  // the pair's op #2: rank 1 waits for rank 3
+        CHECK(p[0] == 4.0f);
+      }
+      // The world's op #2 (recursive doubling: rank 0 waits for rank 1 first, rank 2 for rank 3)
+      gsync::allreduce<gsync::algo::recursive_doubling>(comm, std::span<float>{w});
+      CHECK(w[0] == 4.0f);
+    }, cfg);
+    cap.stop();
+    log = cap.text();
+  }
+  CAPTURE(log);
+  CHECK(log.find("mismatch") == std::string::npos);
+  const auto at = log.find("[gsync rank 0] WARN: rank 0: allreduce(float32, 16, sum)");
+  REQUIRE(at != std::string::npos);
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  CHECK(line.find(" 1 (waiting in allreduce(float32, 8, sum)") != std::string::npos);
+  CHECK(line.find(" 3 (no record") != std::string::npos);
+}

@@ -16,7 +16,7 @@ namespace gsync::transport {
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].q().empty()) blocked += (blocked.empty() ? "" : ", ") + std::to_string(p);
   const auto now = std::chrono::steady_clock::now();
-  const bool tracked = id.fp.comm == 0 && id.seq == stall_.seq && id.tag == stall_.tag;
+  const bool tracked = id.seq == stall_.seq && id.tag == stall_.tag && id.fp.comm == stall_.comm;
   char w[48] = " waiting";
   if (tracked) std::snprintf(w, sizeof w, " after waiting %.1f s", std::chrono::duration<double>(now - stall_.since).count());
   std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) +
@@ -24,9 +24,9 @@ namespace gsync::transport {
                     std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out" + w + " for " + what +
                     (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
   if (id.tag >= 0x80000000u) msg += p2p_wait_hint(in_peer);
-  else if (id.seq != 0 && id.fp.comm == 0) {
+  else if (id.seq != 0) {
     if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
-    msg += behind_report(id.seq, now + std::chrono::seconds(1));
+    if (id.fp.comm == 0) msg += behind_report(id.seq, now + std::chrono::seconds(1));
   }
   fail(errc::timeout, msg);
 }
@@ -38,14 +38,19 @@ namespace gsync::transport {
 // GSYNC_STALL_WARN_S it logs, once, what it waits for and which ranks have not reached its op
 // according to the store: a rank with no record, or one stalled at an earlier op, is the one to
 // look at. A timeout reports the same (timed_out). Nothing is sent while operations progress.
+// Records carry the call's fingerprint, its communicator with it: each communicator numbers its
+// own operations, so only records of the same communicator are compared, and the report of ranks
+// behind is for the world's operations (a sub-communicator's members are not the mesh's ranks).
+// One operation is tracked at a time: threads waiting in several communicators at once take
+// turns, and then the records and reports may not come.
 // Returns the time it read, or nothing on an operation's first wait (nothing to check yet).
 // Its clock is detail::tick_clock: read on every wait, at a tenth of a second's precision needed.
 inline std::optional<std::chrono::steady_clock::time_point> host_mesh::stall_check(int in_peer, message_id id, deadline dl) {
   if (id.seq == 0) return std::nullopt;
   const auto now = detail::tick_clock::now();
-  if (id.seq != stall_.seq || id.tag != stall_.tag) {
+  if (id.seq != stall_.seq || id.tag != stall_.tag || id.fp.comm != stall_.comm) {
     withdraw_stall_record();  // the stalled op finished
-    stall_ = stall_state{id.tag, id.seq, now, 0};
+    stall_ = stall_state{id.tag, id.seq, id.fp.comm, now, 0};
     return std::nullopt;
   }
   const auto waited = now - stall_.since;
@@ -72,7 +77,10 @@ inline std::optional<std::chrono::steady_clock::time_point> host_mesh::stall_che
   std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                     (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
-  log_.warn(msg + (id.tag >= 0x80000000u ? p2p_wait_hint(in_peer) : behind_report(id.seq, now + std::chrono::seconds(2))));
+  if (id.fp.comm != 0) msg += " in " + comm_label(id.fp.comm);
+  log_.warn(msg + (id.tag >= 0x80000000u ? p2p_wait_hint(in_peer)
+                   : id.fp.comm == 0 ? behind_report(id.seq, now + std::chrono::seconds(2))
+                                     : std::string()));
   return now;
 }
 
@@ -108,10 +116,25 @@ inline std::string host_mesh::stall_record(message_id id) {
   return r;
 }
 
+// Parses a stall record ("SEQ TAG FPHEX"); false when it is "0" (withdrawn) or malformed.
+inline bool host_mesh::parse_stall_record(const std::string& r, std::uint64_t& seq, std::uint32_t& tag, fingerprint& fp) {
+  std::istringstream in(r);
+  std::string fph;
+  if (!(in >> seq >> tag >> fph) || fph.size() != 2 * sizeof(fingerprint)) return false;
+  unsigned char b[sizeof(fingerprint)];
+  for (std::size_t i = 0; i < sizeof b; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(fph.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    b[i] = static_cast<unsigned char>(v);
+  }
+  std::memcpy(&fp, b, sizeof fp);
+  return true;
+}
+
 // The other side of a collective mismatch that the store shows: a peer (`only`, else any) whose
-// stall record names the same operation number as `id` but another call. Collectives only
-// (point-to-point messages are numbered per pair). Best effort: nullopt when there is none or
-// the store cannot say.
+// stall record names the same operation number of the same communicator as `id` but another
+// call. Collectives only (point-to-point messages are numbered per pair). Best effort: nullopt
+// when there is none or the store cannot say.
 inline std::optional<std::string> host_mesh::other_call(message_id id, deadline sdl, int only) {
   if (id.seq == 0 || id.tag >= 0x80000000u) return std::nullopt;
   try {
@@ -119,21 +142,13 @@ inline std::optional<std::string> host_mesh::other_call(message_id id, deadline 
       if (j == rank_) continue;
       const std::string key = "gsync/stall/" + std::to_string(j);
       if (!store_->check(key, sdl)) continue;
-      std::istringstream in(store_->get(key, sdl));
       std::uint64_t seq = 0;
       std::uint32_t tag = 0;
-      std::string fph;
-      if (!(in >> seq >> tag >> fph) || seq != id.seq || fph.size() != 2 * sizeof(fingerprint) || tag >= 0x80000000u) continue;
-      unsigned char b[sizeof(fingerprint)];
-      bool ok = true;
-      for (std::size_t i = 0; i < sizeof b && ok; ++i) {
-        unsigned v = 0;
-        ok = std::sscanf(fph.c_str() + 2 * i, "%2x", &v) == 1;
-        b[i] = static_cast<unsigned char>(v);
-      }
       fingerprint fp;
-      std::memcpy(&fp, b, sizeof fp);
-      if (!ok || (tag == id.tag && fp == id.fp)) continue;
+      if (!parse_stall_record(store_->get(key, sdl), seq, tag, fp) || seq != id.seq || tag >= 0x80000000u) continue;
+      // A peer waiting in another communicator's operation of the same number is no mismatch.
+      if (fp.comm != id.fp.comm) continue;
+      if (tag == id.tag && fp == id.fp) continue;
       std::string m = "rank " + std::to_string(rank_) + " called " + describe_message(id.tag, id.seq, id.fp) + ", rank " +
                       std::to_string(j) + " called " + describe_message(tag, seq, fp);
       m += tag != id.tag ? ": different operations" : ": they disagree on the " + fingerprint_difference(id.fp, fp);
@@ -151,8 +166,13 @@ inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
       const std::string key = "gsync/stall/" + std::to_string(j);
-      const std::uint64_t at = store_->check(key, sdl) ? std::stoull(store_->get(key, sdl)) : 0;
-      if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
+      std::uint64_t at = 0;
+      std::uint32_t tag = 0;
+      fingerprint fp;
+      if (store_->check(key, sdl) && !parse_stall_record(store_->get(key, sdl), at, tag, fp)) at = 0;
+      if (at != 0 && fp.comm != 0)
+        behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (waiting in " + describe_message(tag, at, fp) + " of " + comm_label(fp.comm) + ")";
+      else if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
       else if (at < seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
       else waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
     }
@@ -172,7 +192,7 @@ inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
 // believing to be a broadcast's root wait for different parents). Point-to-point messages are
 // numbered per pair and are not compared across peers.
 inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now) {
-  if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag) return;
+  if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag || id.fp.comm != stall_.comm) return;
   if (now - stall_.since < std::chrono::milliseconds(100)) return;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || p == in_peer || peers_[p].reading) continue;  // (shared mode: another thread reads p)

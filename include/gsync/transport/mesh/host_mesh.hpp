@@ -398,6 +398,7 @@ class host_mesh {
   static std::string p2p_wait_hint(int in_peer);
   void withdraw_stall_record() noexcept;
   static std::string stall_record(message_id id);
+  static bool parse_stall_record(const std::string& r, std::uint64_t& seq, std::uint32_t& tag, fingerprint& fp);
   std::optional<std::string> other_call(message_id id, deadline sdl, int only = -1);
   std::string behind_report(std::uint64_t seq, deadline sdl);
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
@@ -443,9 +444,10 @@ class host_mesh {
   logger log_;
   bootstrap::auth::job_key key_;  // launch_info::job_key or GSYNC_JOB_KEY (bootstrap/auth.hpp)
   bool cc_warned_ = false;
-  struct stall_state {
+  struct stall_state {  // the operation a wait of this process tracks (one at a time; see stall_check)
     std::uint32_t tag = 0;
     std::uint64_t seq = 0;
+    std::uint64_t comm = 0;  // its communicator (fingerprint::comm): each numbers its own operations
     std::chrono::steady_clock::time_point since{};
     int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
     std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared

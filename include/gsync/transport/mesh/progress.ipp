@@ -16,8 +16,7 @@ namespace gsync::transport {
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
   if (broken_.load(std::memory_order_acquire)) [[unlikely]] unusable();  // another thread's call failed (shared mode)
-  if (id.fp.comm == 0)  // the stall records and progress numbers are the world communicator's
-    if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
+  if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   if (bell_progress(in_peer)) return;
   // Peers not connected yet may dial this rank at any time (connect.ipp): the listener is watched
