@@ -59,7 +59,7 @@ class shm_endpoint {
   /// this host and both ranks have a segment.
   bool connect(const link_setup& s, int peer, shm_link& l) {
     if (!seg_ || std::find(local_.begin(), local_.end(), peer) == local_.end()) return false;
-    const std::string r = s.store->get("gsync/shm/" + std::to_string(peer), s.dl);
+    const std::string& r = record_of(s, peer);
     if (r == "-") return false;
     const auto sp = r.find(' ');
     if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(peer) + ": " + r);
@@ -104,11 +104,23 @@ class shm_endpoint {
   std::uint32_t slot_of(int r) const {
     return static_cast<std::uint32_t>(std::find(local_.begin(), local_.end(), r) - local_.begin());
   }
+  /// `peer`'s record. The first call reads every same-host peer's in one store request, so that
+  /// a host of L ranks asks the store L times in all, not L (L - 1) times.
+  const std::string& record_of(const link_setup& s, int peer) {
+    if (records_.empty()) {
+      std::vector<std::string> keys;
+      keys.reserve(local_.size());
+      for (int q : local_) keys.push_back("gsync/shm/" + std::to_string(q));
+      records_ = s.store->get_many(keys, s.dl);
+    }
+    return records_[slot_of(peer)];
+  }
 
   std::vector<int> local_;               // ranks of this host, by slot
   shm::segment seg_;                     // this rank's segment (its inbound rings and doorbell)
   std::vector<shm::segment> peer_segs_;  // same-host peers' segments, by rank
   std::vector<shm_link*> linked_;        // the links connected (the mesh's, stable from set-up on)
+  std::vector<std::string> records_;     // same-host ranks' records, by slot (read once, record_of)
   bool light_ = false;
 };
 
