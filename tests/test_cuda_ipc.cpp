@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -464,4 +465,59 @@ TEST_CASE("device collectives over CUDA IPC: abort() fails the running operation
         fk.api.destroy_stream(s);
       },
       cfg);
+}
+
+// Sub-communicators (split) run device collectives as their parent does: over CUDA IPC among the
+// ranks of one host (their own arenas and slots, next to the parent's), through host staging
+// across hosts; nested splits too, and the parent's own calls in between.
+TEST_CASE("device allreduce on sub-communicators: CUDA IPC within a host, staging across hosts, nested") {
+  fake_cuda_scope fk(true);
+  const int n = 6;
+  auto value = [](int q, std::size_t i) { return static_cast<float>((static_cast<std::size_t>(q) * 7 + i) % 13); };
+  auto body = [&](auto& comm, auto&) {
+    const int r = comm.rank();
+    auto half = comm.split(r % 2, r);                          // evens, odds (3 ranks each)
+    auto inner = half.split(half.rank() / 2, half.rank());     // {0, 2}, {4}; {1, 3}, {5}
+    std::vector<int> half_members, inner_members;
+    for (int q = r % 2; q < n; q += 2) half_members.push_back(q);
+    for (int k = 0; k < 3; ++k)
+      if (k / 2 == half.rank() / 2) inner_members.push_back(half_members[static_cast<std::size_t>(k)]);
+    REQUIRE(half.size() == 3);
+    REQUIRE(inner.size() == static_cast<int>(inner_members.size()));
+    const std::size_t count = 70001;  // two chunks of the 64 KiB slots
+    gsync::cuda_stream s = fk.api.create_stream();
+    std::vector<float> dev(count);
+    auto run = [&](auto& c, const std::vector<int>& members) {
+      fk.api.launch(s, [&] {
+        for (std::size_t i = 0; i < count; ++i) dev[i] = value(r, i);
+      });
+      gsync::allreduce(c, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
+      fk.api.synchronize(s);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q : members) want += value(q, i);
+        off += dev[i] != want;
+      }
+      CHECK(off == 0);
+    };
+    std::vector<int> all(static_cast<std::size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
+    run(half, half_members);
+    run(comm, all);
+    run(inner, inner_members);
+    run(half, half_members);
+    fk.api.destroy_stream(s);
+  };
+  SUBCASE("one host: CUDA IPC") {
+    gsync_test::run_inproc(n, body);
+    CHECK(fk.ipc.calls.load() > 0);
+    CHECK(fk.api.d2h_bytes.load() == 0);  // nothing through host staging
+  }
+  SUBCASE("hosts of 2 ranks: each sub-communicator's ranks on different hosts") {
+    gsync_test::run_mixed(n, 2, body);
+    CHECK(fk.api.d2h_bytes.load() > 0);
+  }
+  CHECK(fk.api.exportable_now.load() == 0);
+  CHECK(fk.api.registered_now.load() == 0);
 }
