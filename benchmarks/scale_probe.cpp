@@ -1,7 +1,7 @@
 // gsync-scale-probe: what a job of N ranks costs to set up and hold, for the scale benchmark
 // (benchmarks/scale_bench.sh runs it at N = 8 .. 256, GSYNC_SHM_DISABLE=1).
 //
-//   gsyncrun -n N -- gsync-scale-probe [--json FILE] [--check-sockets]
+//   gsyncrun -n N -- gsync-scale-probe [--json FILE] [--check-sockets] [--small]
 //   gsyncrun -n N -- gsync-scale-probe --launch-only PREFIX
 //
 // Each rank times its set-up (from_env until it returns) and notes when it entered and left it on
@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   const double cpu_at_main = cpu_s();  // exec, the loader, static initialisers
   std::string json;
   bool check_sockets = false;
+  bool small = false;  // --small: 8 B, 4 KiB and 16 KiB instead of 8 B, 64 KiB and 1 MiB (1024 ranks on 2 cores)
   double launch_floor = -1;  // --launch-floor S: what scale_bench.sh measured with --launch-only, for the record
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--launch-only") == 0 && i + 1 < argc) {
@@ -74,8 +75,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     else if (std::strcmp(argv[i], "--launch-floor") == 0 && i + 1 < argc) launch_floor = std::atof(argv[++i]);
     else if (std::strcmp(argv[i], "--check-sockets") == 0) check_sockets = true;
+    else if (std::strcmp(argv[i], "--small") == 0) small = true;
     else {
-      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE] [--check-sockets] | --launch-only PREFIX\n");
+      std::fprintf(stderr, "usage: gsync-scale-probe [--json FILE] [--check-sockets] [--small] | --launch-only PREFIX\n");
       return 2;
     }
   }
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
     gsync::barrier(comm);
     const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
     double times[3] = {0, 0, 0};
-    const std::size_t sizes[3] = {8, 64 << 10, 1 << 20};
+    const std::size_t sizes[3] = {8, small ? 4096u : 64u << 10, small ? 16384u : 1u << 20};
     int bad = 0;
     for (int k = 0; k < 3; ++k) {
       std::vector<float> v(sizes[k] / sizeof(float));
@@ -111,7 +113,7 @@ int main(int argc, char** argv) {
     }
     // The ring and recursive doubling forced: each reaches its own partners.
     for (int k = 0; k < 2; ++k) {
-      std::vector<float> v((k == 0 ? 64 << 10 : 64) / sizeof(float));
+      std::vector<float> v((k == 0 ? (small ? 4096 : 64 << 10) : 64) / sizeof(float));
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + static_cast<int>(i % 5)) % 16);
       if (k == 0) gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v});
       else gsync::allreduce<gsync::algo::recursive_doubling>(comm, std::span<float>{v});
@@ -152,8 +154,8 @@ int main(int argc, char** argv) {
                   launch_s, launch_floor, after_last_s, late[2]);
       std::printf("CPU per rank: %.1f ms to reach main, %.1f ms in set-up (largest but rank 0: %.1f ms; rank 0, which serves the store: %.1f ms)\n",
                   1e3 * cpu_sum[0] / n, 1e3 * cpu_sum[1] / n, 1e3 * cpu_max[0], 1e3 * cpu_setup);
-      std::printf("allreduce float32 sum (slowest rank, us per call): 8 B %.1f  64 KiB %.1f  1 MiB %.1f  wrong elements: %.0f\n", t[0], t[1],
-                  t[2], mx[3]);
+      std::printf("allreduce float32 sum (slowest rank, us per call): %zu B %.1f  %zu B %.1f  %zu B %.1f  wrong elements: %.0f\n", sizes[0], t[0],
+                  sizes[1], t[1], sizes[2], t[2], mx[3]);
       if (!json.empty()) {
         std::ofstream f(json);
         f << "{\"ranks\": " << n << ", \"setup_s\": " << mx[0] << ", \"launch_spread_s\": " << launch_s
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
           << ", \"rank0_cpu_setup_ms\": " << 1e3 * cpu_setup << ", \"setup_after_last_arrival_s\": " << after_last_s << ", \"first_barrier_s\": " << late[2] << ", \"sockets_setup_max\": " << mx[1] << ", \"sockets_setup_mean\": "
           << sm[0] / others << ", \"sockets_after_max\": " << mx[2] << ", \"sockets_after_mean\": " << sm[1] / others
           << ", \"rank0_sockets_setup\": " << sm[2] << ", \"rank0_sockets_after\": " << sm[3] << ", \"sockets_bound\": " << bound
-          << ", \"allreduce_us\": {\"8\": " << t[0] << ", \"65536\": " << t[1] << ", \"1048576\": " << t[2] << "}, \"wrong\": " << mx[3]
+          << ", \"allreduce_us\": {\"" << sizes[0] << "\": " << t[0] << ", \"" << sizes[1] << "\": " << t[1] << ", \"" << sizes[2] << "\": " << t[2] << "}, \"wrong\": " << mx[3]
           << "}\n";
       }
     }
