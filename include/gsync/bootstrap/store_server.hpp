@@ -1,11 +1,13 @@
 #pragma once
 /// \file
-/// The rendezvous store's server (bootstrap/store.hpp), run by rank 0: a TCP listener and a poll loop
+/// The rendezvous store's server (bootstrap/store.hpp), run by rank 0: a TCP listener and an epoll loop
 /// on its own thread (Asio sockets) that authenticates clients, answers their requests, parks gets and
 /// waits until their keys exist or their deadlines pass, and reports a lost rank to every waiter.
 
 #include <fcntl.h>
-#include <poll.h>
+#include <pthread.h>
+#include <time.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,11 +19,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <map>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <queue>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gsync/bootstrap/auth.hpp"
@@ -33,7 +38,7 @@
 
 namespace gsync::bootstrap {
 
-/// The store server. Runs a poll loop on its own thread from construction to destruction.
+/// The store server. Runs an epoll loop on its own thread from construction to destruction.
 class store_server {
  public:
   /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`); clients must prove `key`.
@@ -52,7 +57,20 @@ class store_server {
       throw error(errc::system, "store: cannot listen on " + bind_addr + ":" + std::to_string(port) + ": " + ec.message() +
                                     (ec == asio::error::address_in_use ? " (another job, or another communicator of this job still open, on this port? set GSYNC_MASTER_PORT)" : ""));
     acc_.non_blocking(true);
-    if (::pipe(wake_) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
+    if (::pipe2(wake_, O_CLOEXEC) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
+    ep_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) {
+      const int e = errno;
+      ::close(wake_[0]);
+      ::close(wake_[1]);
+      throw error(errc::system, "store: epoll_create1: " + detail::errno_text(e));
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag_wake;
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, wake_[0], &ev);
+    ev.data.u64 = tag_listen;
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, acc_.native_handle(), &ev);
     spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // see accept_all
     thread_ = std::thread([this] { run(); });
   }
@@ -63,6 +81,8 @@ class store_server {
     char c = 0;
     [[maybe_unused]] auto r = ::write(wake_[1], &c, 1);
     if (thread_.joinable()) thread_.join();
+    clients_.clear();
+    ::close(ep_);
     ::close(wake_[0]);
     ::close(wake_[1]);
     if (spare_ >= 0) ::close(spare_);
@@ -85,14 +105,18 @@ class store_server {
  private:
   using clock = std::chrono::steady_clock;
   struct client {
+    explicit client(asio::io_context& io) : s(io) {}
     detail::net::tcp_socket s;
+    std::uint64_t id = 0;                        // key in clients_
     std::string in, out;
     bool dead = false;
+    bool pending = false;                        // in pending_ (has output queued this round)
     std::unique_ptr<auth::server_handshake> hs;  // until the client has proved the key
     clock::time_point since{};                   // when it connected
     std::string from;                            // its address, for logs
     int rank = -1;                               // announced by hello
     bool left = false;                           // said bye
+    std::vector<std::uint64_t> parked_ids;       // its parked requests (usually none or one)
   };
   static constexpr auto handshake_limit = std::chrono::seconds(10);
   struct parked {
@@ -102,38 +126,61 @@ class store_server {
     clock::time_point dl;
     std::size_t have = 0;  // keys[0 .. have) exist (keys are never removed): each set resumes there
   };
+  // epoll tags of the two descriptors that are not clients (a client's tag is its address).
+  static constexpr std::uint64_t tag_wake = 1, tag_listen = 2;
 
+  // One loop iteration costs O(events), not O(clients): epoll keeps the interest set, parked
+  // requests are indexed by the key they wait for, deadlines sit in heaps, and only clients with
+  // new output or that died are visited (a thousand ranks' set-up; benchmarks/results/scale).
   void run() {
+    ::pthread_setname_np(::pthread_self(), "gsync-store");  // for top -H, perf and debuggers
+    std::vector<epoll_event> evs(256);
     while (!stop_) {
-      std::vector<pollfd> fds;
-      fds.push_back({wake_[0], POLLIN, 0});
-      auto now = clock::now();
-      const bool accepting = now >= accept_pause_until_;  // paused after running out of descriptors
-      fds.push_back({acc_.native_handle(), static_cast<short>(accepting ? POLLIN : 0), 0});
-      for (auto& c : clients_) fds.push_back({c->s.native_handle(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
-      int timeout = accepting ? -1 : 50;
-      for (auto& c : clients_)
-        if (c->hs) timeout = 1000;  // check the handshake deadline now and then
-      for (auto& p : parked_) {
-        int ms = static_cast<int>(std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(p.dl - now).count() + 1));
-        timeout = timeout < 0 ? ms : std::min(timeout, ms);
-      }
-      int r = ::poll(fds.data(), fds.size(), timeout);
+      const auto now = clock::now();
+      if (accept_paused_ && now >= accept_pause_until_) set_accepting(true);
+      int r = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), next_timeout_ms(now));
       if (r < 0 && errno != EINTR) break;
       if (stop_) break;
-      if (fds[1].revents & POLLIN) accept_all();
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        client& c = *clients_[i - 2];
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(c);
-        if (!c.dead && !c.out.empty() && (fds[i].revents & POLLOUT)) flush(c);
+      for (int i = 0; i < r; ++i) {
+        const auto tag = evs[i].data.u64;
+        if (tag == tag_wake) continue;  // stop_ is read above
+        if (tag == tag_listen) { accept_all(); continue; }
+        client& c = *reinterpret_cast<client*>(static_cast<std::uintptr_t>(tag));
+        if (c.dead) continue;
+        if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_from(c);
+        if (!c.dead && (evs[i].events & EPOLLOUT)) flush(c);
       }
-      expire_parked();
+      expire();
+      flush_pending();
       reap();
     }
+    if (log_.enabled(log_level::info)) {
+      timespec t{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+      log_.info("store: served " + std::to_string(requests_) + " requests from " + std::to_string(next_client_id_ - 1) +
+                " connections, sent " + detail::fixed(static_cast<double>(bytes_out_) / (1 << 20), 1) + " MiB, in " +
+                detail::fixed(1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec), 0) + " ms of CPU");
+    }
+  }
+  int next_timeout_ms(clock::time_point now) const {
+    auto until = clock::time_point::max();
+    if (accept_paused_) until = accept_pause_until_;
+    if (!deadlines_.empty()) until = std::min(until, deadlines_.top().first);
+    if (!handshakes_.empty()) until = std::min(until, handshakes_.front().first + handshake_limit);
+    if (until == clock::time_point::max()) return -1;
+    if (until <= now) return 0;
+    return static_cast<int>(std::min<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 1 << 30));
+  }
+  void set_accepting(bool on) {
+    epoll_event e{};
+    e.events = on ? std::uint32_t{EPOLLIN} : 0u;
+    e.data.u64 = tag_listen;
+    ::epoll_ctl(ep_, EPOLL_CTL_MOD, acc_.native_handle(), &e);
+    accept_paused_ = !on;
   }
   void accept_all() {
     for (;;) {
-      auto c = std::make_unique<client>(client{detail::net::tcp_socket(io_), {}, {}, false, nullptr, clock::now(), {}});
+      auto c = std::make_unique<client>(io_);
       asio::error_code ec;
       acc_.accept(c->s, ec);
       if (bootstrap::out_of_descriptors(ec)) {
@@ -143,6 +190,7 @@ class store_server {
         if (!out_of_fds_.exchange(true, std::memory_order_acq_rel) && lost_.empty())
           declare_lost(bootstrap::fd_exhausted("rank 0: the store cannot accept a rank's connection", 0).what());
         accept_pause_until_ = clock::now() + std::chrono::milliseconds(50);  // no spin while none is free
+        set_accepting(false);
         if (spare_ >= 0) {
           ::close(spare_);
           spare_ = -1;
@@ -152,13 +200,20 @@ class store_server {
         return;
       }
       if (ec) return;
+      c->id = next_client_id_++;
+      c->since = clock::now();
       c->hs = std::make_unique<auth::server_handshake>(key_);
       asio::error_code ig;
       const auto peer = c->s.remote_endpoint(ig);
       c->from = peer.address().to_string() + ":" + std::to_string(peer.port());
       detail::set_nonblocking(c->s.native_handle());
       c->s.set_option(asio::ip::tcp::no_delay(true), ig);
-      clients_.push_back(std::move(c));
+      epoll_event e{};
+      e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;  // edge-triggered: read and write until EAGAIN
+      e.data.u64 = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(c.get()));
+      if (::epoll_ctl(ep_, EPOLL_CTL_ADD, c->s.native_handle(), &e) != 0) continue;  // closed with c
+      handshakes_.emplace_back(c->since, c->id);
+      clients_.emplace(c->id, std::move(c));
     }
   }
   void read_from(client& c) {
@@ -173,11 +228,11 @@ class store_server {
       }
       if (r == 0) { eof = true; break; }
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) kill(c);
       break;
     }
     process(c);
-    if (eof) c.dead = true;
+    if (eof) kill(c);
   }
   void process(client& c) {
     if (!c.dead && c.hs) {
@@ -198,19 +253,25 @@ class store_server {
       c.in.erase(0, 4 + std::size_t{len});
       handle(c, frame);
     }
-    if (!c.dead && !c.out.empty()) flush(c);
   }
   void drop(client& c, const std::string& why) {
     log_.warn("store: dropping client connection: " + why);
+    kill(c);
+  }
+  void kill(client& c) {
+    if (c.dead) return;
     c.dead = true;
+    dying_.push_back(&c);
   }
   void reply(client& c, std::uint8_t st, const std::string& body = {}) {
     store_proto::put<std::uint32_t>(c.out, static_cast<std::uint32_t>(1 + body.size()));
     c.out.push_back(static_cast<char>(st));
     c.out += body;
+    if (!c.pending) {
+      c.pending = true;
+      pending_.push_back(&c);
+    }
   }
-  // Resumes at the first key not seen yet, so that N ranks parked on N records cost O(N) lookups
-  // per set in all, not O(N^2) (set-up of hundreds of ranks).
   bool ready(parked& p) const {
     while (p.have < p.keys.size() && kv_.count(p.keys[p.have])) ++p.have;
     return p.have == p.keys.size();
@@ -233,17 +294,49 @@ class store_server {
       reply(*p.c, store_proto::st_ok);
     }
   }
+  /// Parks `p` under the first key it still waits for.
+  void park(parked p) {
+    const auto id = next_parked_id_++;
+    waiting_[p.keys[p.have]].push_back(id);
+    deadlines_.emplace(p.dl, id);
+    p.c->parked_ids.push_back(id);
+    parked_.emplace(id, std::move(p));
+  }
+  void unpark(std::unordered_map<std::uint64_t, parked>::iterator it) {
+    std::erase(it->second.c->parked_ids, it->first);
+    parked_.erase(it);  // its entries in waiting_ and deadlines_ are skipped when met
+  }
+  /// `key` was set: answers the requests that waited for it and have all their keys now, and
+  /// moves the others on to the next key they miss.
+  void wake(const std::string& key) {
+    auto w = waiting_.find(key);
+    if (w == waiting_.end()) return;
+    auto ids = std::move(w->second);
+    waiting_.erase(w);
+    for (auto id : ids) {
+      auto it = parked_.find(id);
+      if (it == parked_.end()) continue;
+      parked& p = it->second;
+      if (ready(p)) {
+        answer(p);
+        unpark(it);
+      } else {
+        waiting_[p.keys[p.have]].push_back(id);
+      }
+    }
+  }
   void handle(client& c, const std::string& frame) {
     using namespace store_proto;
     request rq;
     std::string why;
     if (!parse_request(frame, rq, why)) return drop(c, why);
+    ++requests_;
     switch (rq.cmd) {
       case cmd_set: {
         const std::string key = rq.keys[0];
         kv_[key] = std::move(rq.value);
         reply(c, st_ok);
-        wake_parked();
+        wake(key);
         // A rank recording its failure ("gsync/failed/R" = "<errc> <message>") is going down: the
         // ranks waiting for keys it would have set learn why now, not when its connection closes
         // (a rank that fails in set-up, before its hello, is never counted as lost).
@@ -256,7 +349,7 @@ class store_server {
       case cmd_get: case cmd_wait: case cmd_mget: {
         parked p{&c, rq.cmd, std::move(rq.keys), clock::now() + std::chrono::milliseconds(rq.timeout_ms)};
         if (ready(p) || !lost_.empty()) answer(p);
-        else parked_.push_back(std::move(p));
+        else park(std::move(p));
         return;
       }
       case cmd_add: {
@@ -269,19 +362,23 @@ class store_server {
         std::string b;
         put<std::int64_t>(b, v);
         reply(c, st_ok, b);
-        wake_parked();
+        wake(rq.keys[0]);
         return;
       }
       case cmd_hello: {
         // Each rank joins a store once. A second hello of a rank comes from the job's next
         // communicator, made from the same variables while this store still waits for its own
         // ranks to leave: turned away, not counted, so that it connects again to the next store.
-        const bool mine = joined_.insert(rq.rank).second;
-        if (mine) c.rank = rq.rank;
+        const bool mine = c.rank < 0 && joined_.insert(rq.rank).second;
+        if (mine) {
+          c.rank = rq.rank;
+          ++active_count_;
+        }
         reply(c, st_ok, std::string(1, mine ? '\1' : '\0'));
         return;
       }
       case cmd_bye:
+        if (c.rank >= 0 && !c.left) --active_count_;
         c.left = true;
         return;
       default: {  // cmd_check
@@ -291,36 +388,42 @@ class store_server {
       }
     }
   }
-  void wake_parked() {
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (!it->c->dead && ready(*it)) {
-        answer(*it);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
+  /// Times out parked requests and unauthenticated connections whose deadlines passed.
+  void expire() {
+    const auto now = clock::now();
+    while (!deadlines_.empty() && deadlines_.top().first <= now) {
+      const auto id = deadlines_.top().second;
+      deadlines_.pop();
+      auto it = parked_.find(id);
+      if (it == parked_.end()) continue;
+      if (!it->second.c->dead) reply(*it->second.c, store_proto::st_timeout);
+      unpark(it);
+    }
+    while (!handshakes_.empty() && now - handshakes_.front().first > handshake_limit) {
+      auto it = clients_.find(handshakes_.front().second);
+      handshakes_.pop_front();
+      if (it != clients_.end() && !it->second->dead && it->second->hs)
+        drop(*it->second, "connection from " + it->second->from + " did not authenticate within 10 s");
     }
   }
-  void expire_parked() {
-    auto now = clock::now();
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (now >= it->dl) {
-        if (!it->c->dead) reply(*it->c, store_proto::st_timeout);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
+  void flush_pending() {
+    for (auto* c : pending_) {
+      c->pending = false;
+      if (!c->dead && !c->out.empty()) flush(*c);  // what is left goes when EPOLLOUT says so
     }
-    for (auto& c : clients_)
-      if (!c->dead && !c->out.empty()) flush(*c);
+    pending_.clear();
   }
   void flush(client& c) {
     while (!c.out.empty()) {
       ssize_t w = ::send(c.s.native_handle(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) { c.out.erase(0, static_cast<std::size_t>(w)); continue; }
+      if (w > 0) {
+        c.out.erase(0, static_cast<std::size_t>(w));
+        bytes_out_ += static_cast<std::uint64_t>(w);
+        continue;
+      }
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      c.dead = true;
+      kill(c);
       return;
     }
   }
@@ -329,48 +432,71 @@ class store_server {
     lost_ = why;
     log_.warn("store: " + lost_);
     kv_["gsync/lost"] = lost_;
-    for (auto& p : parked_)
+    for (auto& [id, p] : parked_) {
       if (!p.c->dead) answer(p);
+      p.c->parked_ids.clear();
+    }
     parked_.clear();
-    for (auto& o : clients_)
-      if (!o->dead && !o->out.empty()) flush(*o);
+    waiting_.clear();
+    deadlines_ = {};
+    flush_pending();
   }
+  /// Frees the clients that died this round; a rank's death without goodbye is the job's loss.
   void reap() {
-    const auto now = clock::now();
-    for (auto& c : clients_)
-      if (!c->dead && c->hs && now - c->since > handshake_limit)
-        drop(*c, "connection from " + c->from + " did not authenticate within 10 s");
-    for (auto& c : clients_)
-      if (c->dead && c->rank >= 0 && !c->left && lost_.empty()) {
-        // A rank that failed said why first (transport/mesh/failure.ipp: "gsync/failed/R" = "<errc> <message>"):
-        // its message names the rank whose loss started it.
-        if (auto f = kv_.find("gsync/failed/" + std::to_string(c->rank)); f != kv_.end())
-          lost_ = "rank " + std::to_string(c->rank) + " failed: " + f->second.substr(std::min(f->second.size(), f->second.find(' ') + 1));
-        else
-          lost_ = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
-                  "the process died, was killed, or failed)";
-        declare_lost(lost_);
+    while (!dying_.empty()) {
+      auto batch = std::move(dying_);
+      dying_.clear();
+      for (client* c : batch) {
+        if (c->rank >= 0 && !c->left) {
+          --active_count_;
+          if (lost_.empty()) {
+            // A rank that failed said why first (transport/mesh/failure.ipp: "gsync/failed/R" = "<errc> <message>"):
+            // its message names the rank whose loss started it.
+            std::string why;
+            if (auto f = kv_.find("gsync/failed/" + std::to_string(c->rank)); f != kv_.end())
+              why = "rank " + std::to_string(c->rank) + " failed: " + f->second.substr(std::min(f->second.size(), f->second.find(' ') + 1));
+            else
+              why = "rank " + std::to_string(c->rank) + " is lost (its connection to the store closed without goodbye: "
+                    "the process died, was killed, or failed)";
+            declare_lost(why);  // may kill more clients (failed sends): the next batch
+          }
+        }
       }
-    std::erase_if(parked_, [](const parked& p) { return p.c->dead; });
-    std::erase_if(clients_, [](const std::unique_ptr<client>& c) { return c->dead; });
-    int active = 0;
-    for (auto& c : clients_) active += c->rank >= 0 && !c->left;
-    active_.store(active, std::memory_order_release);
+      for (client* c : batch) {
+        for (auto id : c->parked_ids) parked_.erase(id);
+        c->parked_ids.clear();
+        if (c->pending) std::erase(pending_, c);
+        ::epoll_ctl(ep_, EPOLL_CTL_DEL, c->s.native_handle(), nullptr);
+        clients_.erase(c->id);
+      }
+    }
+    active_.store(active_count_, std::memory_order_release);
   }
 
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   logger log_;
-  clock::time_point accept_pause_until_{};  // listener not polled before this (out of descriptors)
+  int ep_ = -1;                                 // the epoll instance
+  bool accept_paused_ = false;                  // listener out of the interest set until accept_pause_until_
+  clock::time_point accept_pause_until_{};      // (out of descriptors)
   std::atomic<bool> out_of_fds_{false};  // accept failed for want of descriptors (see accept_all, linger)
   int spare_ = -1;                         // a descriptor held back to turn connections away when out of them
   auth::job_key key_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{1 << 30};  // connected ranks that have not said goodbye (1<<30: not counted yet)
-  std::vector<std::unique_ptr<client>> clients_;
-  std::vector<parked> parked_;
-  std::map<std::string, std::string> kv_;
+  int active_count_ = 0;              // the same, kept by the server thread
+  std::uint64_t next_client_id_ = 1, next_parked_id_ = 1;
+  std::uint64_t requests_ = 0, bytes_out_ = 0;  // for the closing INFO line
+  std::unordered_map<std::uint64_t, std::unique_ptr<client>> clients_;
+  std::vector<client*> pending_;  // clients with output queued this round
+  std::vector<client*> dying_;    // clients that died this round, freed by reap
+  std::deque<std::pair<clock::time_point, std::uint64_t>> handshakes_;  // client ids in order of connection
+  std::unordered_map<std::uint64_t, parked> parked_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_;  // key -> parked ids waiting for it
+  using deadline = std::pair<clock::time_point, std::uint64_t>;
+  std::priority_queue<deadline, std::vector<deadline>, std::greater<>> deadlines_;
+  std::unordered_map<std::string, std::string> kv_;
   std::string lost_;  // the first rank lost, once one is
   std::set<int> joined_;  // ranks that said hello (each joins once)
   std::thread thread_;
