@@ -14,6 +14,8 @@
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/udp.hpp>
+#include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -66,6 +68,26 @@ inline asio::ip::address route_address(asio::io_context& io, const asio::ip::add
   if (!ec) s.connect(asio::ip::udp::endpoint(master, 9), ec);
   if (ec) throw error(errc::system, "no route to the master " + master.to_string() + ": " + ec.message());
   return s.local_endpoint().address();
+}
+
+/// An address of this host that other hosts can reach, for a store with no master address given
+/// (from_mpi): interface `ifname`'s when set; else the one the kernel would use to leave the host
+/// (its default route; no packet sent); else the first non-loopback IPv4 address that is up.
+inline asio::ip::address own_address(asio::io_context& io, const std::string& ifname) {
+  if (!ifname.empty()) return interface_address(ifname);
+  try {
+    auto a = route_address(io, asio::ip::make_address("192.0.2.1"));  // TEST-NET-1: only a routing question
+    if (!a.is_unspecified()) return a;
+  } catch (const error&) {
+  }
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) throw error(errc::system, "getifaddrs: " + detail::errno_text(errno));
+  std::optional<asio::ip::address> found;
+  for (ifaddrs* i = list; i && !found; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK))
+      found = asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
+  ::freeifaddrs(list);
+  return found ? *found : asio::ip::address(asio::ip::address_v4::loopback());
 }
 
 /// The address this rank listens on and advertises: interface `ifname`'s (GSYNC_SOCKET_IFNAME), or

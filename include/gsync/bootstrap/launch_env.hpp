@@ -11,6 +11,7 @@
 /// two concurrent `mpirun` jobs on one host do not collide.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,12 @@ struct launch_info {
   /// The job key every connection must prove (bootstrap/auth.hpp). Unset: GSYNC_JOB_KEY, read
   /// when the transport starts; set to "": no authentication.
   std::optional<std::string> job_key;
+  /// Set by bootstraps that carry their own collectives (from_mpi, gsync/mpi.hpp): rank 0 serves
+  /// the store on `master_addr` (empty: its own address, bootstrap/interface.hpp) at any free port
+  /// and calls this with "ADDRESS PORT", or with "!" and why it could not; every other rank calls
+  /// it with an empty string, which it must fill with rank 0's (a broadcast). `master_port` is
+  /// then not read. Called once per rank, first thing in set-up, so that no rank is left waiting.
+  std::function<void(std::string&)> share_store;
 
   /// Reads the environment; throws invalid_argument when no launcher's variables are present or
   /// they are inconsistent.

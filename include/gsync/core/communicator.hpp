@@ -56,6 +56,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/core/trace.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
+#include "gsync/detail/mpi_launch.hpp"
 
 namespace gsync {
 
@@ -114,6 +115,17 @@ class communicator {
     requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
   {
     return join(bootstrap::launch_info::from_env(), config::from_env());
+  }
+
+  /// Joins the ranks of an MPI communicator (`MPI_COMM_WORLD` or any split of it), collectively
+  /// over `mpi_comm`: ranks and addresses come through MPI (no master address or port; any number
+  /// at once), and rank 0 draws a fresh job key and broadcasts it. Needs `#include <gsync/mpi.hpp>`.
+  /// \tparam MpiComm `MPI_Comm` (a pointer in Open MPI, an integer in MPICH).
+  template <class MpiComm>
+  static communicator from_mpi(MpiComm mpi_comm, config cfg = config::from_env())
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
+  {
+    return join(detail::mpi_launch<MpiComm>::info(mpi_comm), std::move(cfg));
   }
 
   /// Joins the job described by `li` (rank, size, store address) with settings `cfg`, used as

@@ -344,6 +344,7 @@ class host_mesh {
     const auto& c = peers_[static_cast<std::size_t>(peer)];
     return c.via == links::index_of<tcp_link> && !c.tcp().connected();
   }
+  void share_store(bootstrap::launch_info& li);
   void exchange_hosts(const bootstrap::launch_info& li);
   std::string missing_ranks(const std::vector<std::string>& keys);
   void connect_links(deadline dl);

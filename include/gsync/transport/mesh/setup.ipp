@@ -9,16 +9,57 @@
 
 namespace gsync::transport {
 
+/// Rank 0 starts the store at any free port of its address and shares "ADDRESS PORT" through
+/// `li.share_store` (launch_env.hpp); the others receive it. Rank 0 shares a failure too ("!why"),
+/// so that no rank waits in the caller's broadcast for a store that will never exist.
+inline void host_mesh::share_store(bootstrap::launch_info& li) {
+  std::string text;
+  if (rank_ == 0) {
+    try {
+      key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+      const auto addr = li.master_addr.empty() ? bootstrap::own_address(io_, opt_.socket_ifname) : detail::resolve_host(io_, li.master_addr);
+      server_ = std::make_unique<bootstrap::store_server>(addr.to_string(), 0, log_, key_);  // that address only
+      li.master_addr = addr.to_string();
+      li.master_port = server_->port();
+      text = li.master_addr + " " + std::to_string(li.master_port);
+    } catch (const error& e) {
+      text = std::string("!") + e.what();
+      li.share_store(text);
+      throw;
+    }
+    li.share_store(text);
+    return;
+  }
+  li.share_store(text);
+  if (text.starts_with('!')) throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank 0 could not start the store: " + text.substr(1));
+  const auto sp = text.rfind(' ');
+  unsigned long port = 0;
+  try {
+    port = sp == std::string::npos ? 0 : std::stoul(text.substr(sp + 1));
+  } catch (const std::exception&) {
+  }
+  if (sp == std::string::npos || sp == 0 || port == 0 || port > 65535)
+    throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": rank 0 shared a bad store address '" + text.substr(0, 100) + "'");
+  li.master_addr = text.substr(0, sp);
+  li.master_port = static_cast<std::uint16_t>(port);
+  key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+}
+
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
-inline host_mesh::host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
-    : rank_(li.rank), size_(li.size), log_(log), opt_(opt), acc_(io_), dial_timeout_(timeout) {
+inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt)
+    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), acc_(io_), dial_timeout_(timeout) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
-  key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+  bootstrap::launch_info li = given;  // with the store's address, once shared
+  if (li.share_store) {
+    share_store(li);
+  } else {
+    key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+  }
   check_options(opt_);  // explicit values too: a bad one fails every rank the same way, before any connection
   const bool net_given = opt_.net_gbps > 0 || opt_.net_latency_us > 0;
   auto master = detail::resolve_host(io_, li.master_addr);
-  if (rank_ == 0) {
+  if (rank_ == 0 && !server_) {
     std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
     server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
   }
