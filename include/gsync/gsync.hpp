@@ -17,3 +17,4 @@
 #include "gsync/reduce_scatter.hpp"
 #include "gsync/send_recv.hpp"
 #include "gsync/split.hpp"
+#include "gsync/version.hpp"

@@ -126,7 +126,7 @@ std::size_t first_nonfinite(const T* data, std::size_t n) noexcept {
 
 /// What to do when the synchronized gradients contain Inf or NaN.
 enum class nonfinite_action {
-  throw_error,  ///< finish() throws gsync::error(errc::invalid_argument) naming the tensors, on every rank
+  throw_error,  ///< finish() throws gsync::error(errc::non_finite) naming the tensors, on every rank
   report,       ///< finish() returns the reports and says the step must be skipped (a loss scaler backs off)
 };
 
@@ -141,8 +141,8 @@ struct nonfinite_report {
 };
 
 /// A one-line description of `reports` for logs and error messages, e.g.
-/// "non-finite gradients after synchronization in 1 tensor: 'fc2.weight' (tensor 3, bucket 0):
-/// 2 of its elements, first at [17] = nan".
+/// "non-finite gradients after synchronization (contributed by at least one rank) in 1 tensor:
+/// 'fc2.weight' (tensor 3, bucket 0): 2 elements, first at [17] = nan".
 inline std::string describe(const std::vector<nonfinite_report>& reports) {
   std::string s = "non-finite gradients after synchronization (contributed by at least one rank) in " +
                   std::to_string(reports.size()) + (reports.size() == 1 ? " tensor: " : " tensors: ");

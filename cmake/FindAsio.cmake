@@ -1,0 +1,36 @@
+# FindAsio: standalone Asio (header-only; Debian libasio-dev, vcpkg/Conan "asio").
+#
+# A config package of Asio is used first when one exists (asio-config.cmake, as vcpkg and Conan
+# install it); else asio.hpp is looked for on the include path (Asio_ROOT, CMAKE_PREFIX_PATH, the
+# system). Defines the imported target Asio::Asio and Asio_FOUND, Asio_INCLUDE_DIR, Asio_VERSION.
+# Nothing of the machine that built gsync is recorded: each consumer finds its own Asio.
+if(TARGET Asio::Asio)
+  set(Asio_FOUND TRUE)
+  return()
+endif()
+find_package(asio CONFIG QUIET)
+if(asio_FOUND AND TARGET asio::asio)
+  add_library(Asio::Asio INTERFACE IMPORTED)
+  target_link_libraries(Asio::Asio INTERFACE asio::asio)
+  set(Asio_FOUND TRUE)
+  set(Asio_VERSION ${asio_VERSION})
+  return()
+endif()
+find_path(Asio_INCLUDE_DIR asio.hpp)
+if(Asio_INCLUDE_DIR AND EXISTS "${Asio_INCLUDE_DIR}/asio/version.hpp")
+  file(STRINGS "${Asio_INCLUDE_DIR}/asio/version.hpp" _asio_v REGEX "#define ASIO_VERSION ")
+  string(REGEX MATCH "[0-9]+" _asio_v "${_asio_v}")
+  if(_asio_v)
+    math(EXPR _maj "${_asio_v} / 100000")
+    math(EXPR _min "${_asio_v} / 100 % 1000")
+    math(EXPR _pat "${_asio_v} % 100")
+    set(Asio_VERSION "${_maj}.${_min}.${_pat}")
+  endif()
+endif()
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(Asio REQUIRED_VARS Asio_INCLUDE_DIR VERSION_VAR Asio_VERSION)
+if(Asio_FOUND)
+  add_library(Asio::Asio INTERFACE IMPORTED)
+  set_target_properties(Asio::Asio PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Asio_INCLUDE_DIR}")
+endif()
+mark_as_advanced(Asio_INCLUDE_DIR)
