@@ -25,7 +25,16 @@ case $mode in
   find_package)
     install_prefix
     [ -x "$tmp/prefix/bin/gsyncrun" ] || { echo "FAIL: gsyncrun not installed to bin"; exit 1; }
-    cmake -S "$src/tests/consumer/app" -B "$tmp/app" -DGSYNC_CONSUME=find_package -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_BUILD_TYPE=Debug >/dev/null
+    # An unknown component fails find_package, saying so.
+    if out=$(cmake -S "$src/tests/consumer/app" -B "$tmp/bad" -DGSYNC_CONSUME=find_package -DGSYNC_ASK_COMPONENT=bogus \
+               -DCMAKE_PREFIX_PATH="$tmp/prefix" 2>&1); then
+      echo "FAIL: find_package(gsync COMPONENTS bogus) succeeded"; exit 1
+    fi
+    grep -q "unknown component" <<<"$out" || { echo "$out"; echo "FAIL: no 'unknown component' message"; exit 1; }
+    expect_mpi=OFF
+    command -v mpicc >/dev/null && expect_mpi=ON
+    cmake -S "$src/tests/consumer/app" -B "$tmp/app" -DGSYNC_CONSUME=find_package -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+      -DGSYNC_EXPECT_MPI=$expect_mpi -DCMAKE_BUILD_TYPE=Debug >/dev/null
     cmake --build "$tmp/app" -j 2 >/dev/null
     "$tmp/prefix/bin/gsyncrun" -n 2 --timeout-s 120 -- "$tmp/app/app"
     "$tmp/prefix/bin/gsyncrun" -n 2 --timeout-s 120 -- "$tmp/app/app_compiled"
