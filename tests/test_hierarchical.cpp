@@ -306,13 +306,9 @@ TEST_CASE("placed cost model: ranks that share cores pay for every message") {
     CHECK(w == doctest::Approx(hd_step_penalty * 1.75 * static_cast<double>(big) * net.beta_us_per_byte));
     CHECK(estimate_placed_us(allreduce_id_of<halving_doubling>, big, t, intra, net) == doctest::Approx(w + 0.25 * c));
   }
-  // The fake hosts as the probe timed them on 2026-12-02, and the choices their forced runs
-  // favour (select.hpp, estimate_placed_us): 4 hosts (27 us, 0.955 Gbit/s, 13.5 us of the cores
-  // per message) recursive doubling at 8 KiB (139 us against halving-doubling's 126-150), then
-  // halving-doubling at 16 KiB (204-232 against 276-285) and 32 KiB (412-423 against 550), the
-  // ring at 4 MiB (52749 against 64289); 8 hosts (38 us, 0.945 Gbit/s, 9.5 us) recursive doubling
-  // at 16 KiB (411-444 against 445-697), halving-doubling at 32 and 64 KiB (964-1018 against the
-  // ring's 1263-1369), the ring at 4 MiB (61729-61890 against 64616-70885).
+  // The fake hosts as the probe timed them, and the choices their forced runs favour (select.hpp,
+  // estimate_placed_us; benchmarks/results/cluster/A_mid_sizes.md,
+  // benchmarks/results/from_code_comments.md).
   {
     const auto placed = [](int hosts, double alpha, double gbps, double msg) {
       gsync::link_estimate e;

@@ -207,8 +207,8 @@ TEST_CASE("link probe fit: the slower of the two slopes, alpha kept within the 8
   CHECK(a.gbps() == doctest::Approx(0.958).epsilon(0.01));
   CHECK(a.alpha_us == doctest::Approx(625.4 - a.beta_us_per_byte * 65536));  // 78 us: within [52.3, 104.6]
   CHECK(a.measured);
-  // 2 fake hosts x 4 ranks (measured): the 64 KiB step took 3.7 ms; 64 KiB -> 1 MiB alone would
-  // say 1.57 Gbit/s, 8 B -> 1 MiB says 0.98.
+  // 2 fake hosts x 4 ranks (measured: benchmarks/results/from_code_comments.md): the 64 KiB step
+  // came out slow, so 64 KiB -> 1 MiB alone would overstate the rate; 8 B -> 1 MiB does not.
   const gsync::link_estimate b = fit_links(125.9, 3693.2, 8713.3);
   CHECK(b.gbps() == doctest::Approx(0.977).epsilon(0.01));
   CHECK(b.alpha_us == doctest::Approx(125.9));  // the intercept (3.2 ms) is clamped to the 8-byte step

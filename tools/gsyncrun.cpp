@@ -665,8 +665,7 @@ class job {
     envp.push_back(nullptr);
 
     // vfork: the child borrows this process's memory until it execs, so starting a rank costs no
-    // copy of the page tables (hundreds of ranks start about twice as fast; see
-    // benchmarks/results/scale/README.md). exec_rank is written for that.
+    // copy of the page tables (benchmarks/results/scale/README.md). exec_rank is written for that.
     pid_t pid = ::vfork();
     if (pid < 0) {
       diag("cannot fork rank " + std::to_string(r) + ": " + std::strerror(errno));

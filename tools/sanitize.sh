@@ -6,8 +6,9 @@
 #   tools/sanitize.sh [OUT_DIR=build/sanitize] [OPENSSL=auto|0|1]
 #
 # No CMake is involved: the test sources are compiled directly (-g1 -fno-omit-frame-pointer; -O0,
-# which compiles these template-heavy files about 3x faster than -O1 under both ASan+UBSan and
-# TSan; GSYNC_SANITIZE_TSAN_OPT=-O1 compiles the TSan build optimised, for faster runs),
+# which compiles these template-heavy files much faster than -O1 under both ASan+UBSan and TSan:
+# benchmarks/results/from_code_comments.md; GSYNC_SANITIZE_TSAN_OPT=-O1 compiles the TSan build
+# optimised, for faster runs),
 # at most GSYNC_SANITIZE_JOBS (default 2) compilers at a time, longest first; objects are reused
 # while their sources, headers and flags are unchanged. OPENSSL says whether the main build uses
 # libcrypto (GSYNC_HAVE_OPENSSL, -lcrypto); auto: when <openssl/hmac.h> is there.
@@ -22,10 +23,11 @@
 #               worlds of threads, the store, failures and abort() from another thread, mismatch
 #               notices, stall records, counters and trace files written from several threads.
 # GSYNC_SANITIZE_FULL=1 adds the sweeps and the soak test to TSan and the TCP allreduce sweep to
-# ASan+UBSan (about 8 more minutes).
+# ASan+UBSan (much longer: benchmarks/results/from_code_comments.md).
 #
 # Compiler: GSYNC_SANITIZE_CXX, else the first of clang++, g++ that builds and runs a probe with
-# the sanitizer's runtime (clang compiles these files with ASan+UBSan in about half g++'s time).
+# the sanitizer's runtime (clang first: it compiles these files with ASan+UBSan faster than g++,
+# benchmarks/results/from_code_comments.md).
 # A sanitizer whose probe fails everywhere is skipped with the reason; if both are, the script
 # exits 77. GSYNC_SANITIZE_ONLY=asan|tsan runs one of them.
 #
@@ -52,7 +54,7 @@ heavy=(test_soak test_allreduce_sweep test_collectives_sweep test_grad test_asyn
 # Left out of ASan+UBSan unless GSYNC_SANITIZE_FULL=1 (CI time): the TCP allreduce sweep runs the
 # schedules test_allreduce_sweep already runs there, over a transport that test_shm, test_failures,
 # test_bootstrap, test_mismatch, test_collectives, test_compression and test_hierarchical exercise
-# there (about 2 minutes of compile and run).
+# there (its compile and run time: benchmarks/results/from_code_comments.md).
 asan_skip=(test_allreduce_sweep_tcp)
 [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ] && { heavy=(test_allreduce_sweep_tcp "${heavy[@]}"); asan_skip=(); }
 asan_tests=("${heavy[@]}")
@@ -74,8 +76,9 @@ export GSYNC_SOAK_OPS=${GSYNC_SOAK_OPS:-150}
 asan_filter=()
 # TSan: the shared-memory rings live in memory that each rank maps at its own address, so TSan
 # cannot relate one rank's ring accesses to another's; the all-shared-memory sweep (large counts,
-# 2..8 ranks, ~30 s under TSan) checks nothing it could see. Its shm setup, teardown and failure
-# paths still run under TSan in the other test_shm cases; ASan+UBSan runs the sweep in full.
+# 2..8 ranks, slow under TSan: benchmarks/results/from_code_comments.md) checks nothing it could
+# see. Its shm setup, teardown and failure paths still run under TSan in the other test_shm cases;
+# ASan+UBSan runs the sweep in full.
 # The CUDA IPC abort test: after a failure, release() forces a rank's stream past waits that will
 # never be met (cuda/ipc_group.hpp), so its kernels may read a peer's buffer while the aborted
 # peer's stream still writes it. The result is discarded, and on a GPU such a read only returns
@@ -85,7 +88,8 @@ tsan_filter=("-tce=shm: same-host ranks use shared memory*,device collectives ov
 
 # --- sanitizer flags and run-time options ----------------------------------------------------------
 # -g1: line tables and function names, all that sanitizer stacks use (inlined frames included);
-# full -g makes these compiles ~45% slower (GSYNC_SANITIZE_DEBUG=-g to have it anyway).
+# full -g makes these compiles markedly slower (benchmarks/results/from_code_comments.md;
+# GSYNC_SANITIZE_DEBUG=-g to have it anyway).
 debug=${GSYNC_SANITIZE_DEBUG:--g1}
 common=(-std=c++20 "$debug" -fno-omit-frame-pointer -DGSYNC_TEST_SANITIZE -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
 asan_flags=(-fsanitize=address,undefined -fno-sanitize-recover=all)
@@ -217,10 +221,10 @@ san_setup() {  # san_setup SAN: sets c, flags, b and opt for that build
   b="$out/build-$1"
 }
 
-# A precompiled header per build (doctest, Asio and gsync, which every test file parses: about
-# 8 s of each compile), made first; test_main.cpp goes without (it defines doctest's main before
-# including it). GSYNC_SANITIZE_PCH=0 compiles without one; a header that fails to precompile is
-# reported and the build goes on without it.
+# A precompiled header per build (doctest, Asio and gsync, which every test file parses: much of
+# each compile, benchmarks/results/from_code_comments.md), made first; test_main.cpp goes without
+# (it defines doctest's main before including it). GSYNC_SANITIZE_PCH=0 compiles without one; a
+# header that fails to precompile is reported and the build goes on without it.
 declare -A pch_use=() pch_file=()  # per build: the compiler flags that use it, the file they read
 pch_make() {  # pch_make SAN: (re)builds that build's header when stale; prints what happened
   local s=$1 c flags b opt cmd hdr pchf

@@ -69,9 +69,8 @@ struct halving_doubling {
   }
   /// Halving-doubling's steps cannot overlap (step k+1 sends what step k just combined), while the
   /// ring pipelines segments across all its steps. With equal byte counts the ring measured faster
-  /// above 1 MiB: 1.05-1.9x over loopback TCP at 4 and 8 ranks (benchmarks/results/algorithms/); over
-  /// 1 Gbit/s links from 4 MiB, 1.04-1.22x at 4 and 8 fake hosts, while up to 2 MiB the two took the
-  /// same time there (benchmarks/results/cluster/A_mid_sizes.md; select.hpp `shared_hd_even_bytes`).
+  /// on large buffers, over loopback TCP (benchmarks/results/algorithms/README.md) and over 1 Gbit/s
+  /// links (benchmarks/results/cluster/A_mid_sizes.md; select.hpp `shared_hd_even_bytes`).
   /// This factor on the bandwidth term stands for that lost overlap.
   static constexpr double step_penalty = 1.1;
   /// Why the automatic choice takes it.

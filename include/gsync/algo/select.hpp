@@ -133,19 +133,14 @@ inline double bytes_sent(allreduce_id id, std::size_t bytes, int world) noexcept
 }
 
 /// The part of the smaller of the two resources' times (cores, links) that does not overlap with
-/// the larger when ranks share cores. The measurements listed at estimate_placed_us put it
-/// between 0 and 0.3 (recursive doubling at 16 KiB on 4 hosts: 276 us for W = 274 and C about
-/// 70; the ring at 64 KiB on 8 hosts: C = 1064-1290 for 1263-1369). A quarter also breaks the ties
-/// of max(W, C) toward the schedule that needs less of the other resource: at 2 KiB on 4 hosts
-/// recursive doubling (W = 34, C = 108) over star (W = 103, C = 81), measured 62-97 against 89-150.
+/// the larger when ranks share cores, fitted to the forced runs of estimate_placed_us; a quarter
+/// also breaks the ties of max(W, C) toward the schedule that needs less of the other resource
+/// (benchmarks/results/cluster/A_mid_sizes.md; W and C: benchmarks/results/from_code_comments.md).
 inline constexpr double shared_overlap_loss = 0.25;
 
 /// The largest buffer at which halving-doubling measured as fast as the ring when ranks share
-/// cores (benchmarks/netcluster.sh, 1 Gbit/s links, 2026-12-02, time per call in us): 4 hosts
-/// 3283 / 3283 at 256 KiB, 13342 / 13169 at 1 MiB, 26406 / 26374 at 2 MiB, then 64289 / 52749 at
-/// 4 MiB; 8 hosts 3828 / 3831-4033 at 256 KiB, 31012-31421 / 30833-30981 at 2 MiB, then
-/// 64616-70885 / 61729-61890 at 4 MiB. Up to here its steps lose nothing to the ring's pipeline;
-/// above it hd_step_penalty applies.
+/// cores (benchmarks/netcluster.sh, 1 Gbit/s links; benchmarks/results/cluster/A_mid_sizes.md,
+/// set 3). Up to here its steps lose nothing to the ring's pipeline; above it hd_step_penalty applies.
 inline constexpr std::size_t shared_hd_even_bytes = std::size_t{2} << 20;
 
 namespace detail {
@@ -195,20 +190,9 @@ inline double placed_us(allreduce_id id, std::size_t bytes, const topology& t, c
 /// time: with W the byte terms, max(W, C) + shared_overlap_loss x min(W, C), not W + C. On these
 /// links halving-doubling's time is its bytes' (below) up to shared_hd_even_bytes, so W takes
 /// hd_step_penalty only above that, or where the ring pipelines.
-/// Measured on fake hosts that share 2 cores (benchmarks/netcluster.sh, 1 Gbit/s links, forced
-/// algorithms, 300 calls a size, 2026-12-02; benchmarks/results/cluster/A_mid_sizes.md), time per
-/// call in us, where W is the bytes' time at the measured rate:
-///   - 4 hosts: recursive doubling (8 messages) 59-104 from 512 B to 4 KiB (C), 137-139 at 8 KiB,
-///     276-285 at 16 KiB (W = 274), 550 at 32 KiB; halving-doubling (16 messages) 105-205 up to
-///     8 KiB (C), 204-232 at 16 KiB (W = 205), 412-423 at 32 KiB, 826 at 64 KiB (W = 823); the ring
-///     (24 messages) 306-315 at 16 KiB (C), 417 at 32 KiB (W).
-///   - 8 hosts: recursive doubling (24 messages) 180-480 up to 8 KiB (C), 411-444 at 16 KiB
-///     (W = 413); halving-doubling (48 messages) 400-700 up to 16 KiB (C), 484-706 at 32 KiB
-///     (W = 482, C of the slower run's messages about 650), 964-1018 at 64 KiB (W = 963); the ring
-///     (112 messages) 1263-1369 at 64 KiB (C).
-/// The sum put the crossover between recursive doubling and halving-doubling at 48 KiB on 4 hosts
-/// and the ring ahead of halving-doubling at 64 KiB on 8; they lie between 8 and 16 KiB, and
-/// halving-doubling is 1.3x faster at 64 KiB.
+/// Why max and not the sum: the sum misplaced the crossovers between these schedules that forced
+/// runs on fake hosts sharing 2 cores measured (benchmarks/results/cluster/A_mid_sizes.md; the W
+/// and C behind them in benchmarks/results/from_code_comments.md).
 inline double estimate_placed_us(allreduce_id id, std::size_t bytes, const topology& t, const cost_model& intra,
                                  const cost_model& inter) noexcept {
   if (t.world() <= 1) return 0.0;
@@ -271,18 +255,9 @@ struct choice {
 /// counts is how many times every rank must be scheduled (rounds), and then the work that one
 /// core must do alone. `direct` waits once (every rank writes its buffer into every peer's ring,
 /// then reduces what arrived), `star` twice with all the reduction on rank 0; recursive doubling
-/// waits log2(N) times (plus the fold), halving-doubling and the ring more. Measured on this
-/// project's 2-core VM (gsync-perf, 200-1000 calls a size, forced algorithms, interleaved runs
-/// that differ by up to 1.6x; 2026-12-02), time per call in us:
-///   - 4 ranks, 8 B: direct 12.5-18.3 (median of 4 runs 16.2), recursive doubling 16.3-26.5 (22.0),
-///     star 18.7-32.2 (19.1); bursts of 500 calls, best burst over 6 runs: direct 9.3-11.9,
-///     recursive doubling 11.6-16.8, Open MPI 12.0-17.7. At 8 KiB the three tie (19-28).
-///   - 6 ranks: 8 B direct 26.7, recursive doubling 43.5, star 29-31; 32 KiB star 45.8, ring 117
-///     (the model's choice), direct 73.5; 128 KiB star 96.8, ring 150.7; 512 KiB star 302, ring 310;
-///     2 MiB ring 1006, star 1412.
-///   - 8 ranks: 8 B direct 44-51, star 41-72, recursive doubling 63-95 (the model's choice);
-///     2 KiB star 49-64, direct 58-67; 32 KiB star 84-94, halving-doubling 150-206; 512 KiB star
-///     428-485, halving-doubling 442-663; 2 MiB ring 1763, star 2396.
+/// waits log2(N) times (plus the fold), halving-doubling and the ring more. Measured with forced
+/// algorithms on ranks sharing 2 cores (benchmarks/results/latency_cores_shared.md; the gsync-perf
+/// ranges behind this table in benchmarks/results/from_code_comments.md).
 /// So: direct up to 1 KiB on 4..8 ranks, star from there to 512 KiB on 6..8 ranks; nullopt (the
 /// model decides) elsewhere, also for more than 8 ranks, which were not measured (direct's
 /// N(N-1) messages and star's serial root grow with N). 3 ranks: the model already picks direct.

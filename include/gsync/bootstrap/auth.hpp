@@ -120,7 +120,7 @@ inline constexpr std::string_view server_label = "gsync-auth-v1 server";  ///< l
 inline constexpr std::string_view client_label = "gsync-auth-v1 client";  ///< label of the client's proof
 
 /// A fresh random challenge: the kernel's generator (getrandom, /dev/urandom), else libcrypto's.
-/// The kernel's first: libcrypto's generator costs each process about 1 ms to set up, paid by
+/// The kernel's first: libcrypto's generator costs each process time to set up, paid by
 /// every rank at start-up (benchmarks/results/scale/README.md). Throws errc::system when none
 /// delivers: a predictable challenge would let a recorded handshake be replayed, so there is no
 /// weaker fallback here.

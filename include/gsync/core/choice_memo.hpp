@@ -3,9 +3,10 @@
 /// `gsync::detail::choice_memo`: the last few automatic algorithm choices of one collective,
 /// keyed by message bytes and pipelining unit. A training loop repeats the same few sizes every
 /// step, and working the choice out again (a dozen closed-form cost estimates, the GSYNC_ALGO
-/// check) took about 0.1 us per call, a quarter of a 2-rank same-host 8-byte allreduce. The
-/// estimates depend only on the bytes, the segment size and what is fixed for a communicator's
-/// life (world size, placement, transport, link probe, GSYNC_ALGO), so a stored choice stays right.
+/// check) is a sizeable part of a small same-host allreduce's time
+/// (benchmarks/results/from_code_comments.md). The estimates depend only on the bytes, the segment
+/// size and what is fixed for a communicator's life (world size, placement, transport, link probe,
+/// GSYNC_ALGO), so a stored choice stays right.
 
 #include <array>
 #include <cstddef>

@@ -339,7 +339,8 @@ class communicator {
   }
   /// Deadline of the running operation: its start (`set_running_since`; now when none runs) plus
   /// its timeout (set by `set_running_timeout` when it started), else the communicator's. Reusing
-  /// the start saves a clock read per operation (~25 ns, a tenth of a small same-host allreduce).
+  /// the start saves a clock read per operation, a noticeable part of a small same-host allreduce
+  /// (benchmarks/results/from_code_comments.md).
   deadline make_deadline() const {
     const auto from = running_since_ != std::chrono::steady_clock::time_point{} ? running_since_ : std::chrono::steady_clock::now();
     return from + (running_timeout_.count() > 0 ? running_timeout_ : cfg_.timeout);

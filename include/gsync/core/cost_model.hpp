@@ -25,11 +25,12 @@ namespace gsync {
 /// 64 MiB over loopback TCP on a 2-core VM shared with other jobs (tables, commands and the fit
 /// script in benchmarks/results/algorithms/): alpha = median of time / alpha-coefficient over the
 /// points up to 2 KiB, beta and gamma = least squares on relative error over the points from
-/// 1 MiB. Caveats: N > 2 ranks share 2 cores, so every hop also pays context switches (alpha,
-/// 156 us, is an average over 2..8 ranks and far above a host with a core per rank, where one hop
-/// costs about 10 us); the machine was loaded, so single points were off by up to 10x (best of 5
-/// runs kept); and gamma could not be separated from beta (the fit gives 0: the reduction overlaps
-/// the kernel's copies). Another machine or network adjusts the numbers; the formulas stay.
+/// 1 MiB. Caveats: N > 2 ranks share 2 cores, so every hop also pays context switches (alpha is an
+/// average over 2..8 ranks and far above what a hop costs on a host with a core per rank); the
+/// machine was loaded, so single points were far off (best of 5 runs kept; the figures:
+/// benchmarks/results/algorithms/README.md, tables.md); and gamma could not be separated from beta
+/// (the fit gives 0: the reduction overlaps the kernel's copies). Another machine or network
+/// adjusts the numbers; the formulas stay.
 struct cost_model {
   double alpha_us;           ///< per message on the critical path (latency + per-message overhead)
   double beta_us_per_byte;   ///< per byte sent by the busiest rank (inverse bandwidth)
@@ -48,12 +49,9 @@ struct cost_model {
   static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
   /// Shared memory on one machine that runs more ranks than it has cores: every hop waits for the
   /// peer to be scheduled, and the ranks' copies and reductions take turns on the cores. Fitted
-  /// to gsync-perf on 4 ranks sharing 2 cores (2000 calls a size, forced algorithms, 2 runs that
-  /// differ up to 2x): an 8-byte recursive doubling (2 hops) takes 4.6 us, and per byte a step
-  /// costs about 2e-4 us (56 us for 256 KiB); halving-doubling overtakes recursive doubling
-  /// between 32 and 64 KiB (measured 15.4 / 15.5 us at 32 KiB, 28.6 / 22.4 at 64 KiB, 54.8 /
-  /// 34.9 at 128 KiB); with halving-doubling's step penalty this model puts the crossover at
-  /// about 66 KB (recursive doubling up to 64 KiB).
+  /// to gsync-perf with forced algorithms on 4 ranks sharing 2 cores, so that with halving-doubling's
+  /// step penalty the model's crossover from recursive doubling to halving-doubling falls near the
+  /// measured one (benchmarks/results/from_code_comments.md).
   static constexpr cost_model shared_memory_cores_shared() noexcept { return {2.3, 2.0e-4, 0.0, 512 << 10, 256 << 10}; }
   /// TCP between hosts, from the cost of the links (core/links.hpp): measured by the TCP
   /// transport at start-up, given by GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, or by default assumed

@@ -2,8 +2,8 @@
 /// \file
 /// The links between hosts as two numbers of the alpha-beta model: what one message costs and
 /// what one byte costs. Automatic algorithm selection (algo/select.hpp) needs them once ranks span
-/// several hosts, because the crossovers between schedules move with them (on 1 Gbit/s links the
-/// ring overtakes halving-doubling at about 300 KB; on 10 Gbit/s at several MB).
+/// several hosts, because the crossovers between schedules move with them (the faster the links,
+/// the larger the buffer at which the ring overtakes halving-doubling).
 ///
 /// Where the numbers come from, in order of precedence:
 /// 1. GSYNC_NET_GBPS (link rate, Gbit/s per direction) and GSYNC_NET_LATENCY_US (cost of one

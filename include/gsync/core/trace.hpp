@@ -29,8 +29,8 @@
 /// Buffering: events are formatted into a memory buffer under one mutex (the user thread and a
 /// communicator's engine thread both write) and written with write(2) when the buffer passes
 /// 64 KiB, on `flush()`, after every instant event (they mark errors, which matter most when the
-/// process dies next) and at destruction, which also writes the closing `]`. A span costs about
-/// 0.1-0.3 us: formatting, the lock and its share of the writes (-O2, a shared 2-core VM).
+/// process dies next) and at destruction, which also writes the closing `]`. A span costs its
+/// formatting, the lock and its share of the writes (benchmarks/results/from_code_comments.md).
 ///
 /// If the process dies: the file ends with the last complete event written (every event goes out
 /// whole, with the comma that separates it from the previous one written before it), so only the

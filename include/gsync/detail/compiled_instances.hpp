@@ -3,7 +3,7 @@
 /// The allreduce instantiations that GSYNC_SEPARATE_COMPILATION compiles once, in the library,
 /// for `tcp_communicator` and the automatic algorithm: one list, read twice. allreduce.hpp declares
 /// them `extern template` in that mode, so a user's file that calls one of them does not generate
-/// the seven schedules again (about 1.4 s of compile at -O2 per element type and operator);
+/// the seven schedules again (their compile time: benchmarks/results/from_code_comments.md);
 /// gsync/impl/src.hpp instantiates them. Other types and operators, and forced algorithms, are
 /// instantiated where they are called, as in the header-only mode.
 ///

@@ -26,9 +26,9 @@
 namespace gsync::detail {
 
 /// The Asio socket types of the set-up code, bound to `io_context`'s own executor. Asio's
-/// default, the type-erased `any_io_executor`, costs a user's file about a quarter more to
-/// compile here and does not compile at all in a .cu file (nvcc 13's front end rejects its
-/// traits), so gsync names the concrete executor everywhere.
+/// default, the type-erased `any_io_executor`, costs a user's file more to compile
+/// (benchmarks/results/from_code_comments.md) and does not compile at all in a .cu file
+/// (nvcc 13's front end rejects its traits), so gsync names the concrete executor everywhere.
 namespace net {
 using executor = asio::io_context::executor_type;
 using tcp_socket = asio::basic_stream_socket<asio::ip::tcp, executor>;

@@ -2,8 +2,8 @@
 /// \file
 /// `detail::spin_mutex`: a lock for critical sections of a few dozen instructions that are almost
 /// never contended (the operation counters). Taking it is one atomic exchange and releasing it a
-/// plain store, where `std::mutex` pays an atomic read-modify-write for each (about 17 against 8
-/// ns for a lock, count and unlock on this project's test machine). A waiter spins with `pause`
+/// plain store, where `std::mutex` pays an atomic read-modify-write for each (slower for a lock,
+/// count and unlock: benchmarks/results/from_code_comments.md). A waiter spins with `pause`
 /// and yields its core every 64 tries, so a holder that was preempted gets to finish. Meets the
 /// standard's Lockable requirements (std::lock_guard, std::unique_lock).
 

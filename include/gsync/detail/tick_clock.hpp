@@ -4,8 +4,8 @@
 /// read from the CPU's time-stamp counter where the kernel itself keeps time with it.
 ///
 /// A call of steady_clock::now() goes through the vDSO: a sequence lock, the time-stamp counter and
-/// a conversion, 26 ns on this project's AMD EPYC machines, read twice per operation; a 2-rank 8-byte
-/// allreduce over shared memory takes ~0.25 us in all. `rdtsc` alone takes ~13 ns. So each thread
+/// a conversion, read twice per operation: a sizeable part of a small same-host allreduce, and
+/// `rdtsc` alone is much cheaper (benchmarks/results/from_code_comments.md). So each thread
 /// keeps a base pair (counter, steady time) and a rate, and converts counter readings to steady
 /// time, re-reading steady_clock (and re-measuring the rate) once every ~10 ms. The first readings
 /// of a thread (its first 2 ms) come from steady_clock while the rate is measured.

@@ -12,7 +12,8 @@
 ///     magnitude, in index order), and `std::nth_element` over the collected ones finds tau.
 ///     When fewer than k or more than 8k + 4096 elements reach t (a sample that misjudged the
 ///     distribution, or many equal values), the full method runs instead. One streaming pass
-///     over e instead of a copy and a selection over all of it: about 10x faster at k = n/100;
+///     over e instead of a copy and a selection over all of it: much faster for small k
+///     (benchmarks/results/from_code_comments.md);
 ///   - full: the magnitudes are copied into a scratch array and `std::nth_element` finds tau
 ///     (O(n) on average), then one pass over e in index order takes the elements.
 ///

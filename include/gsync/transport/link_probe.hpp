@@ -12,16 +12,15 @@
 /// soon as the previous receive has completed, so that the steps go around the ring in lockstep as
 /// the ring allreduce's do. Every timed pass starts after an untimed pass of N 8-byte steps, after
 /// which every rank is known to have entered: without it a rank that left the previous pass early
-/// timed the wait for the late ones too (on 2 fake hosts x 4 ranks a 64 KiB pass that followed the
-/// 1 MiB one came out at 3.6 ms a step instead of 0.5, and an 8-byte step inside a host at 100 us
-/// instead of 15-25). A pass is timed from its first receive to its last, which also leaves out the
-/// first burst an idle link lets through above its rate (a switch buffer, a token bucket); the
-/// 64 KiB pass skips two steps, which spend the credit the links saved during the untimed pass.
+/// timed the wait for the late ones too (benchmarks/results/from_code_comments.md). A pass is timed
+/// from its first receive to its last, which also leaves out the first burst an idle link lets
+/// through above its rate (a switch buffer, a token bucket); the 64 KiB pass skips two steps, which
+/// spend the credit the links saved during the untimed pass.
 /// Passes of 8 B, 1 MiB and 64 KiB steps run three times each, and each rank
 /// keeps the fastest pass of each size: on a busy host a wake-up is now and then late by
-/// milliseconds (on the shaped cluster of benchmarks/netcluster.sh: 8-byte steps of 40-190 us, and
-/// single steps of 5 ms), which a mean over a few steps cannot absorb; and a median of single steps
-/// is no better, since a rank that was late then finds its next messages waiting (steps of ~0 us).
+/// milliseconds, which a mean over a few steps cannot absorb; and a median of single steps is no
+/// better, since a rank that was late then finds its next messages waiting (step times on the
+/// shaped cluster of benchmarks/netcluster.sh: benchmarks/results/from_code_comments.md).
 /// When every host runs the same number L > 1 of ranks, a fourth kind of pass times 8-byte steps
 /// around each host's own ring (local rank i to i+1, through shared memory), three times,
 /// fastest kept: the cost of one message inside a host, which the hierarchical schedule pays
@@ -39,12 +38,11 @@
 /// half of the 8-byte step and the whole of it. The intercept is the per-message cost the mid-size
 /// schedules pay, where the crossovers between them fall, and it can be below the 8-byte step: on
 /// 4 fake hosts at 1 Gbit/s halving-doubling, with twice recursive doubling's messages, is about as
-/// fast at 16 KiB, which puts the cost per message near 25 us. But it is the small difference of two
-/// large numbers, and a 64 KiB step's receiver wakes while its bytes still arrive: with aligned
-/// passes the 8-byte step came out at 35-55 us and the intercept at 7-14 us, which made
-/// halving-doubling the choice at 8 KiB on 4 and 8 fake hosts, where it ran 0.66-0.86x Open MPI
-/// (recursive doubling had run 1.39x there on 4 hosts). The floor of half an 8-byte step keeps the
-/// latency-bound schedules there.
+/// fast at 16 KiB. But it is the small difference of two large numbers, and a 64 KiB step's receiver
+/// wakes while its bytes still arrive: unfloored, the intercept came out far below the 8-byte step
+/// and made halving-doubling the choice at 8 KiB on 4 and 8 fake hosts, where it ran slower than
+/// Open MPI (and than recursive doubling on 4 hosts; benchmarks/results/from_code_comments.md). The
+/// floor of half an 8-byte step keeps the latency-bound schedules there.
 ///
 /// Cost: about 70 + 13 N hops and 11 MiB through each rank's link (about 100 ms on 1 Gbit/s links).
 /// The messages carry `probe_tag` and sequence number 0: no operation number of the user's is
@@ -80,11 +78,9 @@ inline constexpr std::size_t probe_mid_bytes = std::size_t{64} << 10, probe_big_
 /// The fit (see the file comment) of the slowest rank's step times `small_us`, `mid_us` and
 /// `big_us` (steps of 8 B, probe_mid_bytes and probe_big_bytes). beta is the slower of two slopes:
 /// 64 KiB to 1 MiB, and 8 B to 1 MiB. The first alone is far too fast when the 64 KiB step comes
-/// out slow: on 2 fake hosts x 4 ranks, before the passes were aligned, it took 3.6 ms (7x its
-/// bytes' time) while 8 B took 0.13 ms and 1 MiB 8.7 ms, which made 1 Gbit/s links look like
-/// 1.57 Gbit/s; the wider slope gave 0.98. alpha is the 64 KiB step less its bytes, kept between
-/// half of the 8-byte step and the whole of it, and at least 1 us; beta is at least 8e-8 us per
-/// byte (100 Tbit/s).
+/// out slow (a case from before the passes were aligned: benchmarks/results/from_code_comments.md).
+/// alpha is the 64 KiB step less its bytes, kept between half of the 8-byte step and the whole of
+/// it, and at least 1 us; beta is at least 8e-8 us per byte (100 Tbit/s).
 inline link_estimate fit_links(double small_us, double mid_us, double big_us) noexcept {
   const double mid_slope = (big_us - mid_us) / static_cast<double>(probe_big_bytes - probe_mid_bytes);
   const double wide_slope = (big_us - small_us) / static_cast<double>(probe_big_bytes - 8);

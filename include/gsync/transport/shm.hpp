@@ -18,9 +18,8 @@
 /// A consumer waiting for a message polls the stamp slot where the message will start, not
 /// `head`: the stamp shares a cache line with the header and a small payload, so one cache line
 /// crosses cores per small message instead of two in a row (the control line holding `head`, then
-/// the data). Measured on this project's 2-core AMD EPYC VM: a 2-rank ping-pong of 8 bytes took
-/// 0.43-0.52 us a round trip (best and median of 8 runs) against 0.50-0.59 without. A stamp is
-/// the message's ring position (+1) xor a random key the ring's owner draws at creation
+/// the data), which shortens a small message's round trip (benchmarks/results/from_code_comments.md).
+/// A stamp is the message's ring position (+1) xor a random key the ring's owner draws at creation
 /// (`ring_ctl::stamp_key`), so neither an older lap's stamp nor a user's payload bytes left in the
 /// ring can pass for a new message (a payload would have to contain the key). Bytes past the
 /// stamped ones are waited for through `head`, as before.
@@ -32,8 +31,9 @@
 /// store-fence-load on both sides (see `notify` and `arm`) rules out a lost wake-up.
 ///
 /// The fence on the producer's side sits on every message's path (a full fence waits until the
-/// store of `head` has reached the other core: ~25 ns of a 0.25 us round trip). When every rank of
-/// the host has registered for membarrier(2)'s GLOBAL_EXPEDITED command, the fences are made
+/// store of `head` has reached the other core, a sizeable part of a small message's round trip:
+/// benchmarks/results/from_code_comments.md). When every rank of the host has registered for
+/// membarrier(2)'s GLOBAL_EXPEDITED command, the fences are made
 /// asymmetric: the producer's becomes a compiler barrier only, and a sleeper, on its way to sleep,
 /// issues membarrier(GLOBAL_EXPEDITED), which runs a full barrier on every CPU that is running a
 /// registered process. Either that barrier falls between a producer's stores (the stamp, then
@@ -283,11 +283,11 @@ class segment {
  private:
   void map(int fd, std::size_t bytes) {
     // MAP_POPULATE: fault every page in now; otherwise each message that reaches a page of the ring not
-    // yet touched pays a page fault in both processes (measured: 4 KiB messages 8x slower). On virtual
-    // machines with shadow page tables that is still not enough: the first access of each process to each
-    // page costs a hypervisor exit, invisible as a guest page fault. Measured on this project's VM: 1 KiB
-    // allreduce 7.8 us during the first pass through a fresh ring, 1.6 us after. So the owner writes the
-    // whole segment at creation and each writer writes its ring at set-up (segment::create, transport/mesh/setup.ipp).
+    // yet touched pays a page fault in both processes. On virtual machines with shadow page tables that
+    // is still not enough: the first access of each process to each page costs a hypervisor exit,
+    // invisible as a guest page fault (both costs: benchmarks/results/from_code_comments.md). So the
+    // owner writes the whole segment at creation and each writer writes its ring at set-up
+    // (segment::create, transport/mesh/setup.ipp).
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int e = errno;
     ::close(fd);

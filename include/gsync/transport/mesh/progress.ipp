@@ -142,12 +142,11 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
 // With `sockets`, also hands queued sends on descriptor links to the kernel between polls.
 inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int max_sleep_ms, bool sockets) {
   if (opt_.spin_us > 0) {
-    // Look at the ring after every pause: one pause takes 5-150 cycles depending on the CPU (26 ns
-    // measured on this project's AMD EPYC machines), and a message is often ready within tens of
-    // nanoseconds. Checking only every 64 pauses added up to 1.7 us to every message there (a
-    // 2-rank 8-byte allreduce took 1.2 us against Open MPI's 0.25 over its shared memory).
+    // Look at the ring after every pause: one pause takes 5-150 cycles depending on the CPU, and a
+    // message is often ready within tens of nanoseconds; checking only every 64 pauses delayed every
+    // message (benchmarks/results/from_code_comments.md).
     // The clock and the sockets are looked at every 32 checks (the clock first after them: a
-    // read costs ~25 ns, and most waits end sooner).
+    // read is not free, and most waits end sooner).
     std::chrono::steady_clock::time_point until{};
     for (;;) {
       for (int i = 0; i < 32; ++i) {
