@@ -34,13 +34,13 @@ case $mode in
     expect_mpi=OFF
     command -v mpicc >/dev/null && expect_mpi=ON
     cmake -S "$src/tests/consumer/app" -B "$tmp/app" -DGSYNC_CONSUME=find_package -DCMAKE_PREFIX_PATH="$tmp/prefix" \
-      -DGSYNC_EXPECT_MPI=$expect_mpi -DCMAKE_BUILD_TYPE=Debug >/dev/null
+      -DGSYNC_EXPECT_MPI=$expect_mpi -DCMAKE_BUILD_TYPE=None >/dev/null
     cmake --build "$tmp/app" -j 2 >/dev/null
     "$tmp/prefix/bin/gsyncrun" -n 2 --timeout-s 120 -- "$tmp/app/app"
     "$tmp/prefix/bin/gsyncrun" -n 2 --timeout-s 120 -- "$tmp/app/app_compiled"
     ;;
   subdirectory|fetchcontent)
-    cmake -S "$src/tests/consumer/app" -B "$tmp/app" -DGSYNC_CONSUME=$mode -DGSYNC_SOURCE_DIR="$src" -DGSYNC_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+    cmake -S "$src/tests/consumer/app" -B "$tmp/app" -DGSYNC_CONSUME=$mode -DGSYNC_SOURCE_DIR="$src" -DGSYNC_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=None >/dev/null
     cmake --build "$tmp/app" -j 2 >/dev/null
     # As a subproject gsync builds none of its own tests, tools or examples.
     if [ -e "$tmp/app/gsync/tools/gsyncrun" ] || [ -e "$tmp/app/_deps/gsync-build/tools/gsyncrun" ]; then

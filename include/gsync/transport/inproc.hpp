@@ -181,6 +181,9 @@ class inproc {
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends[comm_] != 0)
         fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends[comm_]) + " message(s)" + in_comm());
     }
+    // Another view of this rank failed meanwhile: its withdrawal cleared every view's count, so the
+    // loop above ended with receivers perhaps still copying; fail here, once they are done.
+    check_usable(lk);
   }
 
  private:
@@ -286,6 +289,9 @@ class inproc {
   void check_usable(std::unique_lock<std::mutex>& lk) {
     auto& me = w_->ranks_[me_];
     if (me.gone) {
+      // Another communicator of this rank failed (views share the rank): a receiver may still be
+      // copying what this one sent, so its buffers must outlive the copy, as in withdraw.
+      while (me.readers > 0) me.cv.wait(lk);
       std::string m = me.kind == errc::aborted ? me.why : who() + "communicator unusable after an earlier error: " + me.why;
       lk.unlock();
       throw error(errc::aborted, m);
