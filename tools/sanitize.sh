@@ -14,16 +14,16 @@
 # libcrypto (GSYNC_HAVE_OPENSSL, -lcrypto); auto: when <openssl/hmac.h> is there.
 #
 # Which tests go where:
-#   ASan+UBSan: the whole doctest suite (every tests/test_*.cpp but the TCP allreduce sweep, see
-#               `asan_skip` below), each file in its own process. The
+#   ASan+UBSan: the whole doctest suite (every tests/test_*.cpp but the TCP allreduce sweep and
+#               three device-path files, see `asan_skip` below), each file in its own process. The
 #               sweeps and the soak test run with smaller sizes (GSYNC_TEST_MEDIUM, GSYNC_TEST_LARGE,
 #               GSYNC_SOAK_OPS below): the same schedules, segment splits and code paths, fewer
 #               elements. The plain build runs them at full size.
 #   TSan:       the threaded parts: the async progress engine, in-process, TCP and shared-memory
 #               worlds of threads, the store, failures and abort() from another thread, mismatch
 #               notices, stall records, counters and trace files written from several threads.
-# GSYNC_SANITIZE_FULL=1 adds the sweeps and the soak test to TSan and the TCP allreduce sweep to
-# ASan+UBSan (much longer: benchmarks/results/from_code_comments.md).
+# GSYNC_SANITIZE_FULL=1 adds the sweeps and the soak test to TSan and the TCP allreduce sweep and
+# the device-path files to ASan+UBSan (much longer: benchmarks/results/from_code_comments.md).
 #
 # Compiler: GSYNC_SANITIZE_CXX, else the first of clang++, g++ that builds and runs a probe with
 # the sanitizer's runtime (clang first: it compiles these files with ASan+UBSan faster than g++,
@@ -54,8 +54,11 @@ heavy=(test_soak test_allreduce_sweep test_collectives_sweep test_grad test_asyn
 # Left out of ASan+UBSan unless GSYNC_SANITIZE_FULL=1 (CI time): the TCP allreduce sweep runs the
 # schedules test_allreduce_sweep already runs there, over a transport that test_shm, test_failures,
 # test_bootstrap, test_mismatch, test_collectives, test_compression and test_hierarchical exercise
-# there (its compile and run time: benchmarks/results/from_code_comments.md).
-asan_skip=(test_allreduce_sweep_tcp)
+# there (its compile and run time: benchmarks/results/from_code_comments.md). The device-path
+# tests against the CPU stand-in of CUDA (IPC, IPC hierarchical, host staging) are the costliest
+# files to compile under ASan; they run under TSan (their hazards are between threads) and are
+# left out of ASan+UBSan too, for the CI time limit.
+asan_skip=(test_allreduce_sweep_tcp test_cuda_ipc test_cuda_ipc_hierarchical test_device_staged)
 [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ] && { heavy=(test_allreduce_sweep_tcp "${heavy[@]}"); asan_skip=(); }
 asan_tests=("${heavy[@]}")
 for f in tests/test_*.cpp; do
