@@ -20,7 +20,15 @@
 // --topk-ratio R --no-ef --accum K --json FILE --dim D --classes C --hidden H --layers L --lr LR
 // --bucket-mb MB --first-bucket-mb MB --zero-copy --loss-scale --clip NORM --baseline-ms MS
 // --measure-baseline --print-every P --eval-samples E --compare REF.json --tol T (exit 3 unless every
-// step's loss is within relative tolerance T of REF's; this is how the ctest equivalence tests check).
+// step's loss is within relative tolerance T of REF's; this is how the ctest equivalence tests check)
+// --elastic --die-rank R --die-step S.
+//
+// --elastic: when a rank dies (run under `gsyncrun --elastic`, or any launcher that lets the others
+// run on), the survivors catch peer_lost, shrink the communicator (communicator::shrink), take the
+// new rank 0's parameters, redo the step the earliest of them was in, with the samples re-sharded
+// over the ranks left, and go on; at the end rank 0 exits 4 unless every loss was finite and the
+// last one below the first. --die-rank R --die-step S: rank R kills itself with SIGKILL in the
+// middle of step S (after its forward pass), for tests.
 //
 // JSON (written by rank 0): {"world_size", "steps", "batch", "accum", "wire", "loss": [per step],
 // "final_loss" (mean loss over a fixed evaluation set after the last step), "bytes_on_wire" (total
@@ -31,6 +39,7 @@
 // the others, so this is the synchronization's own duration), "skipped_steps"}.
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +48,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -78,6 +88,8 @@ struct options {
   std::size_t eval_samples = 512;
   std::string compare;  // reference JSON whose losses this run must match
   double tol = 1e-5;    // relative tolerance of --compare
+  bool elastic = false;  // go on without a rank that dies (shrink, re-shard, redo the step)
+  int die_rank = -1, die_step = -1;  // this rank kills itself (SIGKILL) in that step, for tests
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -126,11 +138,15 @@ options parse(int argc, char** argv) {
     else if (a == "--compare") o.compare = val();
     else if (a == "--tol") o.tol = num(0, 1e30);
     else if (a == "--eval-samples") o.eval_samples = static_cast<std::size_t>(num(1, 1e8));
+    else if (a == "--elastic") o.elastic = true;
+    else if (a == "--die-rank") o.die_rank = static_cast<int>(num(0, 1e6));
+    else if (a == "--die-step") o.die_step = static_cast<int>(num(0, 1e9));
     else usage_error("unknown option " + a + " (see the comment at the top of examples/data_parallel_mlp.cpp)");
   }
   if (o.wire != "f32" && o.wire != "bf16" && o.wire != "f16") usage_error("--wire must be f32, bf16 or f16, not " + o.wire);
   if (o.compress != "none" && o.compress != "int8" && o.compress != "topk")
     usage_error("--compress must be none, int8 or topk, not " + o.compress);
+  if (o.elastic && o.zero_copy) usage_error("--elastic keeps the gradients in its own buffers: drop --zero-copy");
   return o;
 }
 
@@ -271,9 +287,12 @@ std::vector<double> read_losses(const std::string& path) {
   return v;
 }
 
-template <class Reducer>
-int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
-  const int n = comm.size(), rank = comm.rank();
+// `make_reducer()`: the synchronizer's bucket reducer (a fresh one each time the synchronizer is made).
+template <class MakeReducer>
+int train(const options& o, gsync::tcp_communicator& comm, MakeReducer make_reducer) {
+  using Reducer = decltype(make_reducer());
+  int n = comm.size(), rank = comm.rank();
+  const int first_rank = rank;  // this process's rank at the start (--die-rank names it)
   const dense::teacher_dataset ds(o.seed, o.dim, o.classes);
   mlp m(o);
 
@@ -287,41 +306,52 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
     so.on_nonfinite = gsync::grad::nonfinite_action::report;
     so.loss_scaling = gsync::grad::loss_scaler_options{};
   }
-  gsync::grad::synchronizer<gsync::tcp_communicator::transport_type, Reducer> sync(comm, so, std::move(reducer));
+  using sync_type = gsync::grad::synchronizer<gsync::tcp_communicator::transport_type, Reducer>;
+  std::optional<sync_type> sync_slot;
 
-  // Register in forward order (W_0, b_0, W_1, ...); backward marks them in reverse.
+  // Register in forward order (W_0, b_0, W_1, ...); backward marks them in reverse. Made again
+  // over the shrunk communicator after a rank is lost (--elastic).
   grads g;
   std::vector<std::vector<float>> owned;  // copy mode: the gradients live here
   owned.reserve(2 * m.n_layers());
-  for (std::size_t l = 0; l < m.n_layers(); ++l) {
-    const std::string ln = "layer" + std::to_string(l);
-    if (o.zero_copy) {
-      g.idx_w.push_back(sync.template add_view<float>(m.w[l].data.size(), ln + ".weight"));
-      g.idx_b.push_back(sync.template add_view<float>(m.b[l].size(), ln + ".bias"));
-    } else {
-      owned.emplace_back(m.w[l].data.size());
-      g.idx_w.push_back(sync.add(std::span<float>{owned.back()}, ln + ".weight"));
-      owned.emplace_back(m.b[l].size());
-      g.idx_b.push_back(sync.add(std::span<float>{owned.back()}, ln + ".bias"));
-    }
+  for (std::size_t l = 0; l < m.n_layers() && !o.zero_copy; ++l) {
+    owned.emplace_back(m.w[l].data.size());
+    owned.emplace_back(m.b[l].size());
   }
-  sync.build();  // collective: plans buckets, checks all ranks registered the same tensors
-  for (std::size_t l = 0; l < m.n_layers(); ++l) {
-    if (o.zero_copy) {
-      g.dw.push_back(sync.template view<float>(g.idx_w[l]));
-      g.db.push_back(sync.template view<float>(g.idx_b[l]));
-    } else {
-      g.dw.emplace_back(owned[2 * l]);
-      g.db.emplace_back(owned[2 * l + 1]);
+  const auto make_sync = [&] {
+    sync_slot.reset();
+    sync_slot.emplace(comm, so, make_reducer());
+    sync_type& sync = *sync_slot;
+    g = grads{};
+    for (std::size_t l = 0; l < m.n_layers(); ++l) {
+      const std::string ln = "layer" + std::to_string(l);
+      if (o.zero_copy) {
+        g.idx_w.push_back(sync.template add_view<float>(m.w[l].data.size(), ln + ".weight"));
+        g.idx_b.push_back(sync.template add_view<float>(m.b[l].size(), ln + ".bias"));
+      } else {
+        g.idx_w.push_back(sync.add(std::span<float>{owned[2 * l]}, ln + ".weight"));
+        g.idx_b.push_back(sync.add(std::span<float>{owned[2 * l + 1]}, ln + ".bias"));
+      }
     }
-  }
+    sync.build();  // collective: plans buckets, checks all ranks registered the same tensors
+    for (std::size_t l = 0; l < m.n_layers(); ++l) {
+      if (o.zero_copy) {
+        g.dw.push_back(sync.template view<float>(g.idx_w[l]));
+        g.db.push_back(sync.template view<float>(g.idx_b[l]));
+      } else {
+        g.dw.emplace_back(owned[2 * l]);
+        g.db.emplace_back(owned[2 * l + 1]);
+      }
+    }
+  };
+  make_sync();
 
   if (rank == 0) {
     std::size_t params = 0;
     for (std::size_t l = 0; l < m.n_layers(); ++l) params += m.w[l].data.size() + m.b[l].size();
     std::printf("data_parallel_mlp: %d ranks, per-rank batch %zu x %u micro-steps (global %zu), %zu parameters in %zu "
                 "buckets, wire %s%s\n",
-                n, o.batch, o.accum, o.batch * o.accum * static_cast<std::size_t>(n), params, sync.plan().bucket_count(),
+                n, o.batch, o.accum, o.batch * o.accum * static_cast<std::size_t>(n), params, sync_slot->plan().bucket_count(),
                 o.wire.c_str(), o.zero_copy ? ", zero-copy" : "");
   }
 
@@ -334,54 +364,86 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
   std::vector<int> labels(o.batch);
   std::vector<double> losses;
   double sync_s = 0;  // sum over steps of the shortest comm time of any rank (see the JSON's sync_time_ms)
-  const std::uint64_t nn = static_cast<std::uint64_t>(n), bb = o.batch, kk = o.accum;
-  sync.begin_step();  // a step then runs from one finish() to the next: forward, backward, update
-  for (int s = 0; s < o.steps; ++s) {
-    double local_loss = 0;
-    gsync::grad::step_result res;
-    for (std::uint32_t micro = 0; micro < o.accum; ++micro) {
-      const std::uint64_t first = static_cast<std::uint64_t>(s) * nn * kk * bb + static_cast<std::uint64_t>(rank) * kk * bb + micro * bb;
-      ds.batch<float>(first, act.a[0], labels);
-      forward(m, act);
-      dense::matrix<float> dz(o.batch, o.classes);
-      local_loss += dense::softmax_cross_entropy<float>(act.a.back(), labels, dz);
-      if (o.loss_scale) {
-        const float sc = sync.loss_scale();
-        for (float& v : dz.data) v *= sc;
+  std::uint64_t nn = static_cast<std::uint64_t>(n);
+  const std::uint64_t bb = o.batch, kk = o.accum;
+  sync_slot->begin_step();  // a step then runs from one finish() to the next: forward, backward, update
+  int recoveries = 0;
+  for (int s = 0; s < o.steps;) {
+    try {
+      double local_loss = 0;
+      gsync::grad::step_result res;
+      for (std::uint32_t micro = 0; micro < o.accum; ++micro) {
+        const std::uint64_t first = static_cast<std::uint64_t>(s) * nn * kk * bb + static_cast<std::uint64_t>(rank) * kk * bb + micro * bb;
+        ds.batch<float>(first, act.a[0], labels);
+        forward(m, act);
+        if (first_rank == o.die_rank && s == o.die_step) std::raise(SIGKILL);  // a crash mid-step (tests)
+        dense::matrix<float> dz(o.batch, o.classes);
+        local_loss += dense::softmax_cross_entropy<float>(act.a.back(), labels, dz);
+        if (o.loss_scale) {
+          const float sc = sync_slot->loss_scale();
+          for (float& v : dz.data) v *= sc;
+        }
+        backward(m, act, std::move(dz), g, micro > 0, [&](std::size_t i) { sync_slot->mark_ready(i); });
+        res = sync_slot->finish();  // micro-steps 1..K-1 only close the step; the K-th synchronizes
       }
-      backward(m, act, std::move(dz), g, micro > 0, [&](std::size_t i) { sync.mark_ready(i); });
-      res = sync.finish();  // micro-steps 1..K-1 only close the step; the K-th synchronizes
-    }
-    if (res.apply) {
-      if (o.clip > 0) gsync::grad::clip_grad_norm(sync.tensors(), o.clip);
+      if (res.apply) {
+        if (o.clip > 0) gsync::grad::clip_grad_norm(sync_slot->tensors(), o.clip);
+        for (std::size_t l = 0; l < m.n_layers(); ++l) {
+          dense::sgd_update<float>(m.w[l].flat(), g.dw[l], o.lr);
+          dense::sgd_update<float>(std::span<float>{m.b[l]}, g.db[l], o.lr);
+        }
+      }
+      double loss = local_loss / static_cast<double>(o.accum);
+      gsync::allreduce(comm, std::span<double>{&loss, 1}, gsync::op::avg{});
+      // The rank that reached the step's collectives last waited least for the others: its engine
+      // time is the synchronization's own duration, without the skew between ranks' backward passes.
+      double comm_s = res.stats.comm_time.count();
+      gsync::allreduce(comm, std::span<double>{&comm_s, 1}, gsync::op::min{});
+      losses.resize(static_cast<std::size_t>(s));
+      losses.push_back(loss);
+      sync_s += comm_s;
+      if (rank == 0 && o.print_every > 0 && (s % o.print_every == 0 || s + 1 == o.steps))
+        std::printf("step %4d  loss %.6f  wire %8.1f KiB  comm %.3f ms  exposed %.3f ms  step %.3f ms  comm ratio %.3f%s\n", s, loss,
+                    static_cast<double>(res.stats.bytes_on_wire) / 1024.0, 1e3 * res.stats.comm_time.count(),
+                    1e3 * res.stats.exposed_time.count(), 1e3 * res.stats.step_time.count(), res.stats.comm_ratio(),
+                    res.apply ? "" : "  (skipped: non-finite gradients)");
+      ++s;
+    } catch (const gsync::error& e) {
+      const bool lost = e.kind() == gsync::errc::peer_lost || e.kind() == gsync::errc::aborted || e.kind() == gsync::errc::timeout;
+      if (!o.elastic || !lost) throw;
+      // A rank is gone: go on with the others. Some survivors may have finished this step's
+      // collectives and others not, so they take the new rank 0's parameters and redo the
+      // earliest step any of them was in, its samples spread over the ranks left.
+      const auto t0 = std::chrono::steady_clock::now();
+      sync_slot.reset();
+      comm = comm.shrink();
+      const double shrink_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      n = comm.size();
+      rank = comm.rank();
+      nn = static_cast<std::uint64_t>(n);
       for (std::size_t l = 0; l < m.n_layers(); ++l) {
-        dense::sgd_update<float>(m.w[l].flat(), g.dw[l], o.lr);
-        dense::sgd_update<float>(std::span<float>{m.b[l]}, g.db[l], o.lr);
+        gsync::broadcast(comm, m.w[l].flat(), 0);
+        gsync::broadcast(comm, std::span<float>{m.b[l]}, 0);
       }
+      int redo = s;
+      gsync::allreduce(comm, std::span<int>{&redo, 1}, gsync::op::min{});
+      if (rank == 0)
+        std::printf("elastic: %s; shrank to %d ranks in %.1f ms, redoing step %d\n", e.what(), n, shrink_ms, redo);
+      s = redo;
+      ++recoveries;
+      make_sync();
+      sync_slot->begin_step();
     }
-    double loss = local_loss / static_cast<double>(o.accum);
-    gsync::allreduce(comm, std::span<double>{&loss, 1}, gsync::op::avg{});
-    losses.push_back(loss);
-    // The rank that reached the step's collectives last waited least for the others: its engine
-    // time is the synchronization's own duration, without the skew between ranks' backward passes.
-    double comm_s = res.stats.comm_time.count();
-    gsync::allreduce(comm, std::span<double>{&comm_s, 1}, gsync::op::min{});
-    sync_s += comm_s;
-    if (rank == 0 && o.print_every > 0 && (s % o.print_every == 0 || s + 1 == o.steps))
-      std::printf("step %4d  loss %.6f  wire %8.1f KiB  comm %.3f ms  exposed %.3f ms  step %.3f ms  comm ratio %.3f%s\n", s, loss,
-                  static_cast<double>(res.stats.bytes_on_wire) / 1024.0, 1e3 * res.stats.comm_time.count(),
-                  1e3 * res.stats.exposed_time.count(), 1e3 * res.stats.step_time.count(), res.stats.comm_ratio(),
-                  res.apply ? "" : "  (skipped: non-finite gradients)");
   }
   const double final_loss = eval_loss(comm, m, ds, std::uint64_t{1} << 40, o.eval_samples);
-  const auto& tot = sync.totals();
+  const auto& tot = sync_slot->totals();
   const double step_ms = 1e3 * tot.step_time().count() / o.steps;  // per optimizer step (K micro-steps)
   if (rank == 0) {
     std::printf("final: eval loss %.6f (%zu samples), bytes on wire %llu, comm ratio %.3f, step %.3f ms",
                 final_loss, o.eval_samples, static_cast<unsigned long long>(tot.bytes_on_wire()), tot.comm_ratio(), step_ms);
     if (baseline_ms > 0) std::printf(", one-rank step %.3f ms, speedup %.2fx", baseline_ms, baseline_ms / step_ms);
-    if (sync.scaler()) std::printf(", loss scale %g, skipped %llu", static_cast<double>(sync.loss_scale()),
-                                   static_cast<unsigned long long>(sync.scaler()->skipped_steps()));
+    if (sync_slot->scaler()) std::printf(", loss scale %g, skipped %llu", static_cast<double>(sync_slot->loss_scale()),
+                                   static_cast<unsigned long long>(sync_slot->scaler()->skipped_steps()));
     std::printf("\n");
     if (!o.json.empty()) {
       std::ofstream f(o.json);
@@ -399,7 +461,7 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
         << ", \"comm_time_ms\": " << fmt(1e3 * tot.comm_time().count() / o.steps)
         << ", \"exposed_ms\": " << fmt(1e3 * tot.exposed_time().count() / o.steps)
         << ", \"sync_time_ms\": " << fmt(1e3 * sync_s / o.steps)
-        << ", \"skipped_steps\": " << (sync.scaler() ? sync.scaler()->skipped_steps() : 0) << "}\n";
+        << ", \"skipped_steps\": " << (sync_slot->scaler() ? sync_slot->scaler()->skipped_steps() : 0) << "}\n";
     }
     if (!o.compare.empty()) {
       const std::vector<double> ref = read_losses(o.compare);
@@ -418,23 +480,33 @@ int train(const options& o, gsync::tcp_communicator& comm, Reducer reducer) {
       if (!(worst <= o.tol)) return 3;
     }
   }
+  if (o.elastic && rank == 0) {
+    bool finite = std::isfinite(final_loss);
+    for (double l : losses) finite = finite && std::isfinite(l);
+    std::printf("elastic: %d recoveries, %d ranks at the end, loss %.6f at step 0, %.6f at step %zu\n", recoveries, n,
+                losses.front(), losses.back(), losses.size() - 1);
+    if (!finite || !(losses.back() < losses.front())) {
+      std::fprintf(stderr, "data_parallel_mlp: --elastic: the loss is not finite or did not decrease\n");
+      return 4;
+    }
+  }
   return 0;
 }
 
 int run(const options& o) {
   if (o.compress != "none" && o.wire != "f32") usage_error("--compress " + o.compress + " needs --wire f32");
   auto comm = gsync::tcp_communicator::from_env();
-  if (o.compress == "none") return train(o, comm, gsync::grad::allreduce_reducer{});
+  if (o.compress == "none") return train(o, comm, [] { return gsync::grad::allreduce_reducer{}; });
 #ifdef DP_HAVE_COMPRESSION
   if (o.compress == "int8") {
     gsync::grad::compress::int8 p;
     p.error_feedback = o.error_feedback;
-    return train(o, comm, gsync::grad::compressed_reducer<gsync::grad::compress::int8>{p});
+    return train(o, comm, [p] { return gsync::grad::compressed_reducer<gsync::grad::compress::int8>{p}; });
   }
   gsync::grad::compress::topk p;
   p.ratio = o.topk_ratio;
   p.error_feedback = o.error_feedback;
-  return train(o, comm, gsync::grad::compressed_reducer<gsync::grad::compress::topk>{p});
+  return train(o, comm, [p] { return gsync::grad::compressed_reducer<gsync::grad::compress::topk>{p}; });
 #else
   std::fprintf(stderr, "data_parallel_mlp: --compress %s is not available in this build (built without gsync/grad/compressed_reducer.hpp)\n",
                o.compress.c_str());

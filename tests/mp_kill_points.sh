@@ -14,7 +14,8 @@
 #   - the survivor's error message names the killed rank ("rank K");
 #   - the last survivor exited less than 5 s after the kill (measured with date +%s%N);
 #   - no /dev/shm/gsync-PID-* segment of any of the job's processes is left.
-# GSYNC_TIMEOUT_S is unset: detection must not rely on a short deadline. Then once through
+# GSYNC_TIMEOUT_S is unset: detection must not rely on a short deadline. The TCP rows run with a
+# job key, the shared-memory rows without. Then once through
 # gsyncrun: kill a rank it started; gsyncrun must exit with that rank's status (137) and name it.
 # Ports are random in 10000..29999, retried when the store's port is taken. Every row runs (a
 # failing row does not stop the others); the table at the end shows each one, and the script
@@ -51,9 +52,13 @@ run_point() {
     rm -f "$tmp"/out.* "$tmp"/err.*
     local port=$((10000 + RANDOM % 20000))
     pids=()
+    # The TCP rows run authenticated (a key per run), the shared-memory rows without: the failure
+    # protocol must hold either way.
+    local key=""
+    [ "$transport" = tcp ] && key=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
     for ((r = 0; r < n; r++)); do
       if [ "$transport" = tcp ]; then
-        GSYNC_SHM_DISABLE=1 GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
+        GSYNC_JOB_KEY=$key GSYNC_SHM_DISABLE=1 GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
           "$prog" --mode "$mode" --victim "$victim" --watchdog-s $watchdog_s "${extra[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
       else
         GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \

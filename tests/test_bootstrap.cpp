@@ -298,3 +298,69 @@ TEST_CASE("setup: communicators joined one after another from the same variables
     CHECK(good[static_cast<std::size_t>(r)] == 3);
   }
 }
+
+TEST_CASE("store limits: oversized keys and values are refused with invalid_argument and the connection goes on") {
+  gsync::bootstrap::store_limits lim;
+  lim.total_bytes = 3 << 20;  // three values of 1 MiB, about
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{}, lim);
+  gsync::bootstrap::store_client c("127.0.0.1", srv.port(), in(5s), gsync::bootstrap::auth::job_key{});
+  const auto kind_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const gsync::error& e) {
+      return e.kind();
+    }
+    return gsync::errc{};
+  };
+  // Refused on this side, nothing sent.
+  CHECK(kind_of([&] { c.set("v", std::string((1 << 20) + 1, 'x'), in(5s)); }) == gsync::errc::invalid_argument);
+  CHECK(kind_of([&] { c.set(std::string(5000, 'k'), "v", in(5s)); }) == gsync::errc::invalid_argument);
+  // Refused by the store: a key too long for a get, and the store's total.
+  CHECK(kind_of([&] { c.get(std::string(5000, 'k'), in(5s)); }) == gsync::errc::invalid_argument);
+  const std::string mib(1 << 20, 'x');
+  c.set("a", mib, in(5s));
+  c.set("b", mib, in(5s));
+  std::string why;
+  try {
+    c.set("c", mib, in(5s));
+    c.set("d", mib, in(5s));
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::invalid_argument);
+    why = e.what();
+  }
+  CHECK(why.find("limit") != std::string::npos);
+  // Replacing a value frees its bytes; the connection still serves.
+  c.set("a", "small", in(5s));
+  c.set("d", mib, in(5s));
+  CHECK(c.get("a", in(5s)) == "small");
+  CHECK(c.add("n", 2, in(5s)) == 2);
+}
+
+TEST_CASE("store limits: a silent connection is dropped in time, and strangers beyond the per-address limit are turned away") {
+  gsync::bootstrap::store_limits lim;
+  lim.handshake_ms = 300ms;
+  lim.preauth_per_source = 4;
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{}, lim);
+  asio::io_context io;
+  const asio::ip::tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), srv.port());
+  std::vector<gsync::detail::net::tcp_socket> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(gsync::detail::connect_retry(io, ep, in(2s), "store"));
+  // A fifth from the same address is closed at once, before any handshake.
+  auto fifth = gsync::detail::connect_retry(io, ep, in(2s), "store");
+  char ch;
+  CHECK_THROWS_AS(gsync::detail::read_all(fifth.native_handle(), &ch, 1, in(5s), "store"), gsync::error);
+  // The silent four are dropped when their 300 ms are up: the reads end with the close (peer_lost),
+  // not at their 5 s deadline (timeout).
+  for (auto& s : silent) {
+    try {
+      gsync::detail::read_all(s.native_handle(), &ch, 1, in(5s), "store");
+      FAIL("a silent connection got a byte");
+    } catch (const gsync::error& e) {
+      CHECK(e.kind() == gsync::errc::peer_lost);
+    }
+  }
+  // Then the address may connect again, and a client of the job is served.
+  gsync::bootstrap::store_client c("127.0.0.1", srv.port(), in(5s), gsync::bootstrap::auth::job_key{});
+  c.set("k", "v", in(5s));
+  CHECK(c.get("k", in(5s)) == "v");
+}

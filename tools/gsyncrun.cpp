@@ -5,8 +5,10 @@
 // Starts N copies ("ranks") of PROGRAM. Each rank inherits gsyncrun's environment, minus variables
 // that other launchers use for rank detection (RANK, WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*), plus
 // GSYNC_RANK, GSYNC_WORLD_SIZE, GSYNC_LOCAL_RANK, GSYNC_LOCAL_WORLD_SIZE, GSYNC_MASTER_ADDR and
-// GSYNC_MASTER_PORT (a free TCP port unless one is given) and GSYNC_JOB_KEY (a fresh random secret
-// per job unless one is given: gsync authenticates every connection with it). The ranks' stdout and stderr are read
+// GSYNC_MASTER_PORT (a free TCP port unless one is given) and the job key (a fresh random secret per
+// job unless GSYNC_JOB_KEY gives one: gsync authenticates every connection with it), passed as an
+// inherited memory file named by GSYNC_JOB_KEY_FD, never in the ranks' environment (a
+// GSYNC_JOB_KEY_FILE given is passed on instead). The ranks' stdout and stderr are read
 // through pipes and re-emitted line by line on gsyncrun's stdout and stderr, each line prefixed with
 // "[rank] " by default. As soon as one rank fails (non-zero exit or killed by a signal), the job is
 // torn down: the other ranks get SIGTERM and, after a grace period, SIGKILL; gsyncrun then exits with
@@ -37,6 +39,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/random.h>
@@ -112,6 +115,9 @@ constexpr const char* usage_text =
     "  --tag-output        prefix every output line with \"[rank] \" (the default)\n"
     "  --no-tag-output     do not prefix output lines\n"
     "  --grace-s S         seconds between SIGTERM and SIGKILL when terminating ranks (default 3)\n"
+    "  --elastic           a rank killed by a signal does not end the job: the others may go on\n"
+    "                      without it (communicator::shrink); exit 0 when every rank that exited\n"
+    "                      did so with status 0 and at least one did\n"
     "  --timeout-s S       terminate the job after S seconds and exit 124 (default: no limit)\n"
     "  -h, --help          print this help and exit\n"
     "\n"
@@ -131,6 +137,7 @@ struct options {
   std::vector<std::string> extra_env;  ///< NAME=VALUE entries from -x, in order.
   bool tag_output = true;
   double grace_s = 3.0;
+  bool elastic = false;  ///< --elastic
   double timeout_s = 0.0;  ///< 0: no timeout.
   std::string timeout_text;  ///< --timeout-s exactly as given, for the timeout message.
   std::vector<std::string> program;  ///< PROGRAM followed by its arguments.
@@ -302,6 +309,9 @@ std::optional<options> parse_command_line(int argc, char** argv, std::optional<u
     } else if (name == "--no-tag-output") {
       if (!no_value()) return fail("option --no-tag-output takes no value");
       opt.tag_output = false;
+    } else if (name == "--elastic") {
+      if (!no_value()) return fail("option --elastic takes no value");
+      opt.elastic = true;
     } else if (name == "--grace-s") {
       if (!value(v)) return fail("option --grace-s needs a value");
       auto s = parse_seconds(v);
@@ -635,6 +645,14 @@ class job {
       }
     }
     reap_all();
+    if (opt_.elastic && exit_code_ == 0) {
+      bool any = false;
+      for (const rank_state& rank : ranks_) any |= rank.wait_code == CLD_EXITED && rank.wait_status == 0;
+      if (!any) {
+        diag("--elastic: no rank exited with status 0");
+        return exit_launcher_error;
+      }
+    }
     return exit_code_;
   }
 
@@ -759,6 +777,11 @@ class job {
     const rank_state& rank = ranks_[r];
     bool failed = rank.wait_code != CLD_EXITED || rank.wait_status != 0;
     if (!failed || terminating_) return;
+    if (opt_.elastic && rank.wait_code != CLD_EXITED) {  // lost: the others may go on without it
+      diag("rank " + std::to_string(r) + " (pid " + std::to_string(rank.pid) + ") killed by signal " + describe_signal(rank.wait_status) +
+           "; --elastic: the other ranks go on");
+      return;
+    }
 
     std::string what;
     if (rank.wait_code == CLD_EXITED) {
@@ -1029,7 +1052,8 @@ std::string random_job_key() {
 
 /// Builds every rank's environment: gsyncrun's own, minus removed/overridden variables, plus -x
 /// entries, plus the GSYNC_* launcher variables.
-std::vector<std::vector<std::string>> build_environments(const options& opt, const std::string& addr, int port) {
+/// `key_fd`: the memory file holding the job key (see below), or -1 when the ranks read a key file.
+std::vector<std::vector<std::string>> build_environments(const options& opt, const std::string& addr, int port, int& key_fd) {
   std::vector<std::string> base;
   auto overridden = [&](std::string_view name) {
     if (std::find(std::begin(removed_variables), std::end(removed_variables), name) != std::end(removed_variables))
@@ -1052,11 +1076,27 @@ std::vector<std::vector<std::string>> build_environments(const options& opt, con
     if (!later) base.push_back(opt.extra_env[k]);
   }
   // A secret per job, so that only this job's ranks can connect to each other (gsync's job-key
-  // handshake); one given in the environment or with -x is kept.
-  const bool has_key = std::any_of(base.begin(), base.end(), [](const std::string& e) {
-    return env_name(e) == "GSYNC_JOB_KEY" && e.size() > std::string_view("GSYNC_JOB_KEY=").size();
+  // handshake); one given in the environment or with -x is kept. It reaches the ranks through an
+  // inherited memory file (GSYNC_JOB_KEY_FD), not their environment, which their own children
+  // (data loaders, shells) inherit and /proc shows: gsync reads the file once and closes it.
+  // A key file (GSYNC_JOB_KEY_FILE) is left to the ranks.
+  std::string key;
+  bool has_file = false;
+  std::erase_if(base, [&](const std::string& e) {
+    const auto name = env_name(e);
+    has_file |= name == "GSYNC_JOB_KEY_FILE" && e.size() > name.size() + 1;
+    if (name != "GSYNC_JOB_KEY" && name != "GSYNC_JOB_KEY_FD") return false;
+    if (name == "GSYNC_JOB_KEY") key = e.substr(name.size() + 1);
+    return true;
   });
-  if (!has_key) base.push_back("GSYNC_JOB_KEY=" + random_job_key());
+  key_fd = -1;
+  if (!has_file) {
+    if (key.empty()) key = random_job_key();
+    key_fd = ::memfd_create("gsync-job-key", 0);  // inherited by the ranks across exec
+    if (key_fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+    if (!write_all(key_fd, key.c_str())) throw std::runtime_error(std::string("writing the job key: ") + std::strerror(errno));
+    base.push_back("GSYNC_JOB_KEY_FD=" + std::to_string(key_fd));
+  }
   base.push_back("GSYNC_WORLD_SIZE=" + std::to_string(opt.nranks));
   base.push_back("GSYNC_LOCAL_WORLD_SIZE=" + std::to_string(opt.nranks));
   base.push_back("GSYNC_MASTER_ADDR=" + addr);
@@ -1157,7 +1197,14 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::vector<std::vector<std::string>> envs = build_environments(opt, addr, port);
+  std::vector<std::vector<std::string>> envs;
+  int key_fd = -1;
+  try {
+    envs = build_environments(opt, addr, port, key_fd);
+  } catch (const std::exception& e) {
+    diag(std::string("cannot pass the job key to the ranks: ") + e.what());
+    return exit_launcher_error;
+  }
 
   job j(opt, signal_fd);
   j.launch(plan, envs);

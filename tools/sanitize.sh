@@ -67,7 +67,7 @@ for f in tests/test_*.cpp; do
   [[ " ${heavy[*]} ${asan_skip[*]} " == *" $t "* ]] || asan_tests+=("$t")
 done
 tsan_tests=(test_async test_mismatch test_collectives test_bootstrap test_shm test_failures test_observability test_auth test_device_staged test_device_synchronizer
-            test_stall test_link_probe test_cuda_ipc test_cuda_ipc_hierarchical test_split)
+            test_stall test_link_probe test_cuda_ipc test_cuda_ipc_hierarchical test_split test_shrink)
 if [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ]; then
   tsan_tests=(test_soak test_allreduce_sweep_tcp test_collectives_sweep "${tsan_tests[@]}")
 fi

@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace auth = gsync::bootstrap::auth;
 #if defined(GSYNC_HAVE_OPENSSL)
-  static const auth::job_key key("fuzzing key");
+  static const auth::job_key key("fuzzing key, 16+ bytes");
 #else
   static const auth::job_key key;
 #endif

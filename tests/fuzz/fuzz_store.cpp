@@ -3,10 +3,12 @@
 // store_proto::parse_request, which must either accept it with consistent fields or reject it.
 // Every frame is also read as a rank's set-up record (bootstrap/rank_record.hpp: values in the
 // store are not trusted), which must parse into a record that encodes back to the same text or
-// raise gsync::error.
+// raise gsync::error. And every frame is read as the body of a reply, as the client decodes get,
+// mget and add replies (store_proto::decode_*), which must accept exactly the well-formed ones.
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gsync/bootstrap/rank_record.hpp"
 #include "gsync/bootstrap/store.hpp"
@@ -31,6 +33,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else if (why.empty()) {
       __builtin_trap();  // a rejection must say why (it is logged)
     }
+    // The same bytes as a reply body, read the way the client reads them (bootstrap/store_client.hpp).
+    std::string v;
+    if (decode_value(frame, v) && v.size() + 4 != frame.size()) __builtin_trap();
+    std::vector<std::string> vs;
+    if (decode_values(frame, frame.size() % 5, vs)) {
+      std::size_t total = 0;
+      for (auto& x : vs) total += 4 + x.size();
+      if (vs.size() != frame.size() % 5 || total != frame.size()) __builtin_trap();
+    }
+    std::int64_t i64 = 0;
+    if (decode_i64(frame, i64) && frame.size() != 8) __builtin_trap();
     try {
       const auto rec = gsync::bootstrap::rank_record::parse(frame, 3);
       if (rec.port == 0 || rec.kernel.empty() || rec.host.empty()) __builtin_trap();

@@ -26,3 +26,16 @@ struct scoped_env {
 };
 
 }  // namespace gsync_test
+
+#include <cstdio>
+
+namespace gsync_test {
+
+/// Reports the running test case to ctest as skipped (tests/CMakeLists.txt matches this line with
+/// SKIP_REGULAR_EXPRESSION), for a test whose subject this build lacks. The caller returns next.
+inline void skip(const char* why) {
+  std::printf("GSYNC-TEST-SKIPPED: %s\n", why);
+  std::fflush(stdout);
+}
+
+}  // namespace gsync_test

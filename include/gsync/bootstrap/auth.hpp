@@ -4,7 +4,13 @@
 /// connections) on a shared job key, so that no process outside the job can join it, feed it bytes
 /// or read its data.
 ///
-/// The key comes from `GSYNC_JOB_KEY` (any string; `gsyncrun` generates 32 random bytes per job).
+/// The key (at least 16 bytes) comes from the program (launch_info::job_key), else GSYNC_JOB_KEY,
+/// else a file (GSYNC_JOB_KEY_FILE, readable by its owner only), else the descriptor gsyncrun passes
+/// (GSYNC_JOB_KEY_FD; gsyncrun generates 32 random bytes per job), else from_mpi's generated key.
+/// Closed by default: a job whose store or listeners are reachable beyond loopback refuses to start
+/// without a key unless GSYNC_ALLOW_UNAUTHENTICATED=1 (`require_key`).
+/// What it protects: who may connect. It does not encrypt: anyone who can read the traffic on the
+/// wire sees the gradients.
 /// Handshake, run by the side that connected (the initiator, "client") and the side that accepted
 /// (the "server") before any other byte:
 ///
@@ -16,14 +22,19 @@
 /// exchange cannot be replayed, and the role labels stop a MAC from being reflected back. The MAC
 /// is OpenSSL's (libcrypto), compared in constant time; nothing cryptographic is written here.
 ///
-/// Without a key the same exchange runs with all-zero MACs (no authentication: a warning is
-/// logged once per process), so a keyed rank and a keyless one never connect, and a stray
+/// Without a key the same exchange runs with all-zero MACs (no authentication), so a keyed rank and a keyless one never connect, and a stray
 /// connection that does not speak the protocol is still rejected at its first bytes. A build
 /// without libcrypto (GSYNC_HAVE_OPENSSL undefined) refuses to run with a key rather than run
 /// unauthenticated.
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <mutex>
+#include <optional>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -55,33 +66,101 @@ inline constexpr std::size_t challenge_bytes = nonce_bytes + mac_bytes;
 using nonce = std::array<std::uint8_t, nonce_bytes>;  ///< a challenge
 using mac = std::array<std::uint8_t, mac_bytes>;      ///< a proof
 
+/// Shortest key accepted: a guessable secret would authenticate nothing.
+inline constexpr std::size_t min_key_bytes = 16;
+
+namespace detail_key {
+// Trailing newlines and blanks are not part of a key kept in a file (`echo KEY > file`).
+inline std::string trimmed(std::string k) {
+  while (!k.empty() && (k.back() == '\n' || k.back() == '\r' || k.back() == ' ' || k.back() == '\t')) k.pop_back();
+  return k;
+}
+// GSYNC_JOB_KEY_FILE: a regular file of this user, readable by nobody else (as ssh demands of a
+// private key), so that a key on a shared home directory is not everyone's.
+inline std::string from_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + ": cannot open: " + detail::errno_text(errno));
+  struct closer { int fd; ~closer() { ::close(fd); } } c{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + ": " + detail::errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " is not a regular file");
+  if (st.st_uid != ::geteuid())
+    throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " belongs to another user (uid " + std::to_string(st.st_uid) + "): the key file must be yours");
+  if (st.st_mode & 077)
+    throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " may be read or written by other users (mode " +
+                                            std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) +
+                                            "): run chmod 600 " + path);
+  std::string k(4097, '\0');
+  std::size_t got = 0;
+  for (ssize_t r; got < k.size() && (r = ::read(fd, k.data() + got, k.size() - got)) != 0;) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + ": read: " + detail::errno_text(errno));
+    got += static_cast<std::size_t>(r);
+  }
+  if (got > 4096) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " holds more than 4096 bytes: not a key");
+  k.resize(got);
+  return trimmed(std::move(k));
+}
+// GSYNC_JOB_KEY_FD: the memory file gsyncrun filled with the key (tools/gsyncrun.cpp), read once
+// per process and closed, so that neither the rank's environment nor its children hold the key.
+// The descriptor must still be that file: a child of a rank inherits the variable, not the file.
+inline std::string from_fd(int fd) {
+  static std::mutex m;
+  static std::optional<std::string> cached;  // read once: later communicators of the process reuse it
+  std::lock_guard<std::mutex> g(m);
+  if (cached) return *cached;
+  const std::string what = "GSYNC_JOB_KEY_FD=" + std::to_string(fd);
+  char link[128] = {};
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(proc.c_str(), link, sizeof link - 1);
+  if (n <= 0 || std::string_view(link, static_cast<std::size_t>(n)).find("gsync-job-key") == std::string_view::npos)
+    throw error(errc::invalid_argument, what + " is not gsyncrun's key descriptor (the process inherited the variable "
+                                        "but not the descriptor: a child of a rank, or a wrapper that closed descriptors); "
+                                        "give the key with GSYNC_JOB_KEY or GSYNC_JOB_KEY_FILE");
+  std::string k(4097, '\0');
+  std::size_t got = 0;
+  for (ssize_t r; got < k.size() && (r = ::pread(fd, k.data() + got, k.size() - got, static_cast<off_t>(got))) != 0;) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw error(errc::invalid_argument, what + ": read: " + detail::errno_text(errno));
+    got += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  if (got > 4096) throw error(errc::invalid_argument, what + " holds more than 4096 bytes: not a key");
+  k.resize(got);
+  cached = trimmed(std::move(k));
+  return *cached;
+}
+}  // namespace detail_key
+
 /// The job key. Empty: no authentication.
 class job_key {
  public:
   job_key() = default;
-  /// A key of the given bytes (empty: none).
+  /// A key of the given bytes (empty: none). Throws invalid_argument for a key shorter than
+  /// `min_key_bytes`, and without libcrypto for any key.
   explicit job_key(std::string k) : k_(std::move(k)) {
+    if (!k_.empty() && k_.size() < min_key_bytes)
+      throw error(errc::invalid_argument, "the job key is " + std::to_string(k_.size()) + " bytes long; gsync needs at least " +
+                                              std::to_string(min_key_bytes) + " (for example: head -c 32 /dev/urandom | base64)");
 #if !defined(GSYNC_HAVE_OPENSSL)
     if (!k_.empty())
       throw error(errc::invalid_argument,
-                  "GSYNC_JOB_KEY is set but this program was built without libcrypto (OpenSSL), so connections "
+                  "a job key is set but this program was built without libcrypto (OpenSSL), so connections "
                   "cannot be authenticated; rebuild with OpenSSL found by CMake, or unset GSYNC_JOB_KEY");
 #endif
   }
-  /// `GSYNC_JOB_KEY`, or none. Logs a warning (once per process) when there is none.
-  static job_key from_env() {
-    auto v = detail::env_job_key();
-    if (!v || v->empty()) {
-      static std::atomic<bool> warned{false};  // once per process (ranks may join from several threads at once)
-      if (!warned.exchange(true, std::memory_order_relaxed)) {
-        logger(-1).warn(
-            "GSYNC_JOB_KEY is not set: connections are NOT authenticated, any process that can reach this job's "
-            "ports can join it (gsyncrun sets a key per job; set the same secret on every rank otherwise)");
-      }
-      return {};
-    }
-    return job_key(*v);
+  /// The key given in the program (`given`, as launch_info::job_key: "" means none), else the
+  /// environment's: GSYNC_JOB_KEY, else GSYNC_JOB_KEY_FILE, else GSYNC_JOB_KEY_FD; else none.
+  static job_key resolve(const std::optional<std::string>& given) {
+    if (given) return job_key(*given);
+    const auto e = detail::env_job_key();
+    if (e.key) return job_key(*e.key);
+    if (e.file) return job_key(detail_key::from_file(*e.file));
+    if (e.fd) return job_key(detail_key::from_fd(*e.fd));
+    return {};
   }
+  /// The environment's key (see `resolve`), or none.
+  static job_key from_env() { return resolve(std::nullopt); }
   bool empty() const noexcept { return k_.empty(); }  ///< true without a key
 
   /// MAC of `label | a | b` under the key (all zeros without a key).
@@ -115,6 +194,25 @@ class job_key {
  private:
   std::string k_;
 };
+
+/// Closed by default: refuses (invalid_argument) a job without a key whose store or listeners are
+/// reachable beyond loopback (`exposed`), unless unauthenticated runs were allowed (`allow`: the
+/// program's launch_info::allow_unauthenticated, else GSYNC_ALLOW_UNAUTHENTICATED); then warns
+/// once per process. `where` names the store's address for the message.
+inline void require_key(const job_key& key, bool exposed, const std::optional<bool>& allow, const std::string& where, logger log) {
+  if (!key.empty() || !exposed) return;
+  if (!(allow ? *allow : detail::env_job_key().allow_unauthenticated))
+    throw error(errc::invalid_argument,
+                "no job key: this job's store (" + where + ") and connections are reachable beyond loopback, and gsync does not "
+                "run unauthenticated there. Give every rank the same secret of at least 16 bytes: GSYNC_JOB_KEY=<secret>, or "
+                "GSYNC_JOB_KEY_FILE=<file readable by you only, e.g. on the shared home directory under Slurm>; or start the "
+                "job with gsyncrun, or through communicator::from_mpi, which generate one; or set GSYNC_ALLOW_UNAUTHENTICATED=1 "
+                "to let any process that reaches these ports join the job");
+  static std::atomic<bool> warned{false};  // once per process (ranks may join from several threads at once)
+  if (!warned.exchange(true, std::memory_order_relaxed))
+    log.warn("GSYNC_ALLOW_UNAUTHENTICATED=1 and no job key: connections are NOT authenticated, any process that can reach "
+             "this job's ports (" + where + " and the ranks' listeners) can join it, read and change its data");
+}
 
 inline constexpr std::string_view server_label = "gsync-auth-v1 server";  ///< label of the server's proof
 inline constexpr std::string_view client_label = "gsync-auth-v1 client";  ///< label of the client's proof

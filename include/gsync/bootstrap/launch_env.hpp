@@ -32,9 +32,12 @@ struct launch_info {
   /// This process's host identity (GSYNC_HOST_ID); empty = computed (bootstrap/host_id.hpp).
   /// Ranks with equal identities share memory and form the intra-host level.
   std::string host_id;
-  /// The job key every connection must prove (bootstrap/auth.hpp). Unset: GSYNC_JOB_KEY, read
-  /// when the transport starts; set to "": no authentication.
+  /// The job key every connection must prove (bootstrap/auth.hpp), at least 16 bytes. Unset:
+  /// GSYNC_JOB_KEY, GSYNC_JOB_KEY_FILE or GSYNC_JOB_KEY_FD, read when the transport starts; "": none.
   std::optional<std::string> job_key;
+  /// Whether a job without a key may run when its ports are reachable beyond loopback (closed by
+  /// default, bootstrap/auth.hpp). Unset: GSYNC_ALLOW_UNAUTHENTICATED.
+  std::optional<bool> allow_unauthenticated;
   /// Set by bootstraps that carry their own collectives (from_mpi, gsync/mpi.hpp): rank 0 serves
   /// the store on `master_addr` (empty: its own address, bootstrap/interface.hpp) at any free port
   /// and calls this with "ADDRESS PORT", or with "!" and why it could not; every other rank calls

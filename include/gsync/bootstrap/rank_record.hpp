@@ -22,9 +22,14 @@ struct rank_record {
   std::uint16_t port = 0;  ///< the data listener's port
   std::string kernel;      ///< bootstrap::kernel_id() of the rank's machine
   std::string host;        ///< bootstrap::host_id() of the rank
+  /// The rank's recovery listener on `address` (0: none), where it serves the store of a shrink
+  /// it coordinates (transport/mesh/shrink.ipp).
+  std::uint16_t recovery_port = 0;
 
   /// The record as stored.
-  std::string encode() const { return address + " " + std::to_string(port) + "\n" + kernel + "\n" + host; }
+  std::string encode() const {
+    return address + " " + std::to_string(port) + " " + std::to_string(recovery_port) + "\n" + kernel + "\n" + host;
+  }
 
   /// Parses a stored record of rank `rank`; throws `errc::mismatch` naming the rank on anything
   /// malformed (the store is reachable by other processes: its values are not trusted).
@@ -37,23 +42,36 @@ struct rank_record {
     if (nl1 == std::string_view::npos) return bad("no kernel line");
     const auto nl2 = s.find('\n', nl1 + 1);
     if (nl2 == std::string_view::npos) return bad("no host line");
-    const std::string_view where = s.substr(0, nl1);
-    const auto sp = where.rfind(' ');
+    std::string_view where = s.substr(0, nl1);
+    // "ADDRESS PORT RECOVERY_PORT" (or, from older writers, "ADDRESS PORT").
+    const auto number = [](std::string_view t, bool zero_ok) -> int {
+      if (t.empty() || t.size() > 5) return -1;
+      std::uint32_t p = 0;
+      for (char c : t) {
+        if (c < '0' || c > '9') return -1;
+        p = p * 10 + static_cast<std::uint32_t>(c - '0');
+      }
+      return (p == 0 && !zero_ok) || p > 65535 ? -1 : static_cast<int>(p);
+    };
+    int rport = 0;
+    auto sp = where.rfind(' ');
     if (sp == std::string_view::npos || sp == 0) return bad("no address and port");
-    const std::string_view port = where.substr(sp + 1);
-    if (port.empty() || port.size() > 5) return bad("bad port");
-    std::uint32_t p = 0;
-    for (char c : port) {
-      if (c < '0' || c > '9') return bad("bad port");
-      p = p * 10 + static_cast<std::uint32_t>(c - '0');
+    if (const auto sp0 = where.rfind(' ', sp - 1); sp0 != std::string_view::npos && sp0 > 0) {
+      rport = number(where.substr(sp + 1), true);
+      if (rport < 0) return bad("bad recovery port");
+      where = where.substr(0, sp);
+      sp = sp0;
     }
-    if (p == 0 || p > 65535) return bad("port out of range");
+    const int p = number(where.substr(sp + 1), false);
+    if (p < 0) return bad("bad port");
     rank_record r;
     r.address = std::string(where.substr(0, sp));
     r.port = static_cast<std::uint16_t>(p);
+    r.recovery_port = static_cast<std::uint16_t>(rport);
     r.kernel = std::string(s.substr(nl1 + 1, nl2 - nl1 - 1));
     r.host = std::string(s.substr(nl2 + 1));
     if (r.kernel.empty() || r.host.empty()) return bad("empty kernel or host identity");
+    if (r.address.empty() || r.address.find(' ') != std::string::npos) return bad("bad address");
     return r;
   }
 };

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,12 +30,16 @@ class store_client {
  public:
   /// Connects to host:port, retrying until `dl` (the server may start later than this rank), and
   /// runs the job-key handshake (errc::auth_failed if the store holds another key).
-  store_client(const std::string& host, std::uint16_t port, deadline dl, const auth::job_key& key = auth::job_key::from_env())
+  /// `liveness`: how soon a store that stops answering without closing is noticed (detail/socket.hpp).
+  /// `connect_by`: connect by then, without retrying a refusal (a store known to be up: refused
+  /// means gone), the handshake by `dl`; unset: retry until `dl`.
+  store_client(const std::string& host, std::uint16_t port, deadline dl, const auth::job_key& key = auth::job_key::from_env(),
+               std::chrono::milliseconds liveness = detail::default_liveness, std::optional<deadline> connect_by = {})
       : s_(io_) {
     auto addr = detail::resolve_host(io_, host);
-    s_ = detail::connect_retry(io_, asio::ip::tcp::endpoint(addr, port), dl, "the gsync store (rank 0)");
-    asio::error_code ig;
-    s_.set_option(asio::ip::tcp::no_delay(true), ig);
+    s_ = detail::connect_retry(io_, asio::ip::tcp::endpoint(addr, port), connect_by ? *connect_by : dl, "the gsync store (rank 0) at " + host, {},
+                               /*retry_refused=*/!connect_by);
+    detail::tune_control_socket(s_.native_handle(), liveness);
     what_ = "the gsync store (served by rank 0) at " + host + ":" + std::to_string(port);
     auth::client_handshake(s_.native_handle(), key, dl, what_);
   }
@@ -65,7 +70,13 @@ class store_client {
   }
 
   /// Sets key to value.
+  /// Throws invalid_argument, and sends nothing, for a key over 4 KiB or a value over 1 MiB; the
+  /// store may refuse more (its total, bootstrap/store_core.hpp), with invalid_argument too.
   void set(const std::string& key, const std::string& value, deadline dl) {
+    if (key.size() > store_proto::max_key || value.size() > store_proto::max_value)
+      throw error(errc::invalid_argument, "store: key of " + std::to_string(key.size()) + " bytes, value of " + std::to_string(value.size()) +
+                                              " bytes for key '" + key.substr(0, 100) + "': at most " + std::to_string(store_proto::max_key) +
+                                              " and " + std::to_string(store_proto::max_value) + " bytes");
     std::string b;
     store_proto::put_str(b, key);
     store_proto::put_str(b, value);
@@ -77,9 +88,8 @@ class store_client {
     store_proto::put<std::uint32_t>(b, server_ms(dl));
     store_proto::put_str(b, key);
     auto r = call(store_proto::cmd_get, b, dl, "waiting for key '" + key + "'");
-    store_proto::reader rd{r.data(), r.size()};
     std::string v;
-    if (!rd.get_str(v)) throw error(errc::mismatch, "malformed reply from " + what_);
+    if (!store_proto::decode_value(r, v)) malformed();
     return v;
   }
   /// The values of `keys`, in order, waiting until every one is set: one round trip (set-up reads
@@ -96,10 +106,7 @@ class store_client {
       for (std::size_t i = 0; i < n; ++i) store_proto::put_str(b, keys[at + i]);
       std::string which = n == 1 ? "key '" + keys[at] + "'" : std::to_string(n) + " keys";
       auto r = call(store_proto::cmd_mget, b, dl, "waiting for " + which);
-      store_proto::reader rd{r.data(), r.size()};
-      for (std::size_t i = 0; i < n; ++i)
-        if (!rd.get_str(v.emplace_back())) throw error(errc::mismatch, "malformed reply from " + what_);
-      if (rd.n) throw error(errc::mismatch, "malformed reply from " + what_);
+      if (!store_proto::decode_values(r, n, v)) malformed();
     }
     return v;
   }
@@ -109,9 +116,8 @@ class store_client {
     store_proto::put_str(b, key);
     store_proto::put<std::int64_t>(b, delta);
     auto r = call(store_proto::cmd_add, b, dl);
-    store_proto::reader rd{r.data(), r.size()};
     std::int64_t v = 0;
-    if (!rd.get(v)) throw error(errc::mismatch, "malformed reply from " + what_);
+    if (!store_proto::decode_i64(r, v)) malformed();
     return v;
   }
   /// Waits until every key exists; throws timeout at dl.
@@ -132,6 +138,10 @@ class store_client {
   }
 
  private:
+  [[noreturn]] void malformed() {
+    broken_ = true;  // the stream cannot be trusted past a reply it cannot read
+    throw error(errc::mismatch, "malformed reply from " + what_);
+  }
   static std::uint32_t server_ms(deadline dl) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(dl - std::chrono::steady_clock::now()).count();
     return static_cast<std::uint32_t>(std::clamp<long long>(ms, 0, 0x7fffffff));
@@ -139,6 +149,7 @@ class store_client {
   std::string call(std::uint8_t cmd, const std::string& body, deadline dl, const std::string& doing = "") {
     std::lock_guard lk(m_);
     if (broken_) throw error(errc::peer_lost, "connection to " + what_ + " is unusable after an earlier error");
+    bool refused = false;
     try {
       std::string req;
       store_proto::put<std::uint32_t>(req, static_cast<std::uint32_t>(1 + body.size()));
@@ -157,10 +168,14 @@ class store_client {
         throw error(errc::peer_lost, "store: " + r.substr(1) + (doing.empty() ? std::string{} : " (this rank was " + doing + ")"));
       if (r[0] == store_proto::st_timeout)
         throw error(errc::timeout, "store: timed out " + (doing.empty() ? std::string("in a store call") : doing));
-      if (r[0] != store_proto::st_ok) throw error(errc::mismatch, "store rejected a request");
+      if (r[0] == store_proto::st_bad) {  // refused, with the reason; the connection goes on
+        refused = true;
+        throw error(errc::invalid_argument, r.size() > 1 ? r.substr(1) : std::string("store: request refused"));
+      }
+      if (r[0] != store_proto::st_ok) throw error(errc::mismatch, "malformed reply from " + what_);
       return r.substr(1);
     } catch (const error& e) {
-      if (e.kind() != errc::timeout || std::string_view(e.what()).find("store: timed out") == std::string_view::npos) broken_ = true;
+      if (!refused && (e.kind() != errc::timeout || std::string_view(e.what()).find("store: timed out") == std::string_view::npos)) broken_ = true;
       throw;
     }
   }

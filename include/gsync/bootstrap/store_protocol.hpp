@@ -23,8 +23,9 @@
 /// lost: the server records `gsync/lost` and answers every pending and later get / wait that is
 /// not satisfied yet with `lost` and the rank, so that no rank waits for a dead one until its
 /// deadline.
-/// The server accepts at most 16 MiB per request; a client that sends anything malformed is
-/// disconnected and logged, other clients carry on.
+/// The server accepts at most 16 MiB per request, keys of 4 KiB and values of 1 MiB; a request over
+/// a limit on contents is answered `bad` with the reason (bootstrap/store_core.hpp lists them all),
+/// a client that sends anything malformed is disconnected and logged, other clients carry on.
 
 #include <cstddef>
 #include <cstdint>
@@ -38,8 +39,10 @@ namespace gsync::bootstrap {
 
 namespace store_proto {
 enum : std::uint8_t { cmd_set = 1, cmd_get = 2, cmd_add = 3, cmd_wait = 4, cmd_check = 5, cmd_hello = 6, cmd_bye = 7, cmd_mget = 8 };
-enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2, st_lost = 3 };
-inline constexpr std::uint32_t max_frame = 16u << 20;
+enum : std::uint8_t { st_ok = 0, st_timeout = 1, st_bad = 2, st_lost = 3 };  // bad: refused, with the reason
+inline constexpr std::uint32_t max_frame = 16u << 20;  ///< bytes of one request or reply
+inline constexpr std::size_t max_key = 4096;          ///< bytes of one key
+inline constexpr std::size_t max_value = 1u << 20;    ///< bytes of one value
 
 /// Appends a fixed-size integer.
 template <class I> void put(std::string& b, I v) { b.append(reinterpret_cast<const char*>(&v), sizeof v); }
@@ -116,6 +119,23 @@ inline bool parse_request(std::string_view f, request& r, std::string& why) {
   if (!ok) why = "malformed request (command " + std::to_string(r.cmd) + ")";
   else if (rd.n) why = "trailing bytes after request (command " + std::to_string(r.cmd) + ")";
   return ok && rd.n == 0;
+}
+/// Decodes the body of a reply to get: one string, nothing after it.
+inline bool decode_value(std::string_view body, std::string& v) {
+  reader rd{body.data(), body.size()};
+  return rd.get_str(v) && rd.n == 0;
+}
+/// Decodes the body of a reply to mget of `n` keys: `n` strings, appended to `out`, nothing after.
+inline bool decode_values(std::string_view body, std::size_t n, std::vector<std::string>& out) {
+  reader rd{body.data(), body.size()};
+  for (std::size_t i = 0; i < n; ++i)
+    if (!rd.get_str(out.emplace_back())) return false;
+  return rd.n == 0;
+}
+/// Decodes the body of a reply to add: one 64-bit integer.
+inline bool decode_i64(std::string_view body, std::int64_t& v) {
+  reader rd{body.data(), body.size()};
+  return rd.get(v) && rd.n == 0;
 }
 }  // namespace store_proto
 

@@ -210,6 +210,32 @@ class communicator {
   communicator split(int color, int key = 0)
     requires splittable_transport<X>;
 
+  /// After an operation failed with `errc::peer_lost` or `errc::aborted` (or timed out), a
+  /// communicator of the same type over the ranks still alive, numbered in their old order, with
+  /// this one's settings: collective over the survivors, each of which calls it (this one stays
+  /// broken). The survivors agree on who they are, also when rank 0 is the one lost; a rank that
+  /// fails meanwhile is left out, and a rank the others have given up fails with peer_lost.
+  /// \code
+  ///   try { gsync::allreduce(comm, grad); }
+  ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }
+  /// \endcode
+  communicator shrink()
+    requires shrinkable_transport<X>
+  {
+    if (!x_) null_use();
+    std::unique_ptr<X> next;
+    try {
+      next = x_->shrink(cfg_.timeout);
+    } catch (const error&) {
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw error(errc::system, "shrink: out of memory");
+    } catch (const std::exception& e) {
+      throw error(errc::system, std::string("shrink: ") + e.what());
+    }
+    return communicator(std::move(next), cfg_, -1);
+  }
+
   /// Deadline length of every blocking wait.
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
   /// Sets the deadline length of every later blocking wait (must be positive). Waits until pending

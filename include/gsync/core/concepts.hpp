@@ -101,6 +101,14 @@ concept splittable_transport = transport_policy<X> && requires(const X& x, const
   { x.comm_id() } -> std::convertible_to<std::uint64_t>;
 };
 
+/// A transport that can go on without its failed ranks: `x.shrink(timeout)`, collective over the
+/// ranks still alive, returns a new endpoint over them, numbered in their old order (see
+/// transport/mesh/shrink.ipp for the TCP / shared-memory transport's agreement).
+template <class X>
+concept shrinkable_transport = transport_policy<X> && requires(const X& x, std::chrono::milliseconds t) {
+  { x.shrink(t) } -> std::same_as<std::unique_ptr<X>>;
+};
+
 /// A transport that counts the payload bytes it was handed to send (`x.payload_bytes_posted()`,
 /// monotonic, frame headers excluded; read on the thread that runs the operations), so that
 /// reports can say what was sent rather than what a schedule's formula predicts.

@@ -103,8 +103,29 @@ inline std::optional<std::string> env_debug_level() { return env("GSYNC_DEBUG");
 inline std::optional<std::string> env_debug_file() { return env("GSYNC_DEBUG_FILE"); }
 /// GSYNC_TRACE (per-rank trace file template, core/trace.hpp).
 inline std::optional<std::string> env_trace() { return env("GSYNC_TRACE"); }
-/// GSYNC_JOB_KEY (the job's shared secret, bootstrap/auth.hpp).
-inline std::optional<std::string> env_job_key() { return env("GSYNC_JOB_KEY"); }
+/// Where the job's shared secret may come from (bootstrap/auth.hpp resolves them, in this order):
+/// GSYNC_JOB_KEY (the secret itself), GSYNC_JOB_KEY_FILE (a file holding it, readable by its owner
+/// only), GSYNC_JOB_KEY_FD (a descriptor gsyncrun passes, so the secret is in no environment);
+/// and GSYNC_ALLOW_UNAUTHENTICATED=1, the explicit consent to run without one beyond loopback.
+struct job_key_env {
+  std::optional<std::string> key;   ///< GSYNC_JOB_KEY
+  std::optional<std::string> file;  ///< GSYNC_JOB_KEY_FILE
+  std::optional<int> fd;            ///< GSYNC_JOB_KEY_FD
+  bool allow_unauthenticated = false;  ///< GSYNC_ALLOW_UNAUTHENTICATED=1
+};
+/// Reads the job-key variables; invalid_argument for a malformed descriptor or switch.
+inline job_key_env env_job_key() {
+  job_key_env e;
+  e.key = env("GSYNC_JOB_KEY");
+  e.file = env("GSYNC_JOB_KEY_FILE");
+  if (auto f = env_int("GSYNC_JOB_KEY_FD", 0, 1 << 24)) e.fd = static_cast<int>(*f);
+  if (auto a = env("GSYNC_ALLOW_UNAUTHENTICATED")) {
+    if (*a != "0" && *a != "1")
+      throw error(errc::invalid_argument, "GSYNC_ALLOW_UNAUTHENTICATED='" + *a + "' must be 0 or 1");
+    e.allow_unauthenticated = *a == "1";
+  }
+  return e;
+}
 /// GSYNC_HOST_ID (this process's host identity, bootstrap/host_id.hpp).
 inline std::optional<std::string> env_host_id() { return env("GSYNC_HOST_ID"); }
 
@@ -216,6 +237,11 @@ inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}
   if (const double g = env_positive("GSYNC_NET_GBPS")) o.net_gbps = g;
   if (const double l = env_positive("GSYNC_NET_LATENCY_US")) o.net_latency_us = l;
   if (auto i = env("GSYNC_SOCKET_IFNAME")) o.socket_ifname = *i;
+  if (auto l = env("GSYNC_LIVENESS_S")) {
+    if (*l == "0") o.liveness_ms = 0;
+    else if (auto x = parse_positive(*l); x && *x >= 1 && *x <= 86400) o.liveness_ms = static_cast<int>(*x * 1000);
+    else throw error(errc::invalid_argument, "GSYNC_LIVENESS_S='" + *l + "' is not a number of seconds between 1 and 86400 (or 0: the kernel's)");
+  }
   return o;
 }
 

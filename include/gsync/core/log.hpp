@@ -114,6 +114,8 @@ class logger {
   logger() = default;
   /// \param rank prefix rank (-1 before the rank is known).
   explicit logger(int rank) : rank_(rank), level_(detail::log_level_from_env()) {}
+  /// A logger at level `level`, whatever GSYNC_DEBUG says.
+  logger(int rank, log_level level) : rank_(rank), level_(level) {}
   /// True when messages at `l` are printed.
   bool enabled(log_level l) const noexcept { return static_cast<int>(l) <= static_cast<int>(level_); }
   /// Prints `msg` at level `l`.

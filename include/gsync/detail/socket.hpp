@@ -4,6 +4,7 @@
 /// the TCP transport's connection setup). The data path uses the same native handles non-blocking.
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/udp.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -115,11 +117,63 @@ inline bool set_congestion(int fd, const std::string& name) {
   return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0;
 }
 
+/// Marks `fd` close-on-exec: a program a rank starts (a data-loader worker, a shell) must not hold
+/// gsync's connections, or a dead rank's connections stay open and hide its death.
+inline void set_cloexec(int fd) noexcept {
+  const int f = ::fcntl(fd, F_GETFD);
+  if (f >= 0 && !(f & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, f | FD_CLOEXEC);
+}
+
+/// Default of tcp_options::liveness_ms, for connections made outside a transport (the store's).
+inline constexpr std::chrono::milliseconds default_liveness{10000};
+
+/// A connection whose peer stops answering without a FIN (its host vanished, a partition) fails
+/// within about `l`: keepalive probes from l/2 of idleness, and TCP_USER_TIMEOUT `l` on data left
+/// unacknowledged. 0 leaves the kernel's settings (hours).
+inline void set_liveness(int fd, std::chrono::milliseconds l) noexcept {
+  if (l.count() <= 0) return;
+  const int on = 1, secs = static_cast<int>(std::max<long long>(1, l.count() / 1000));
+  const int idle = std::max(1, secs / 2), intvl = std::max(1, (secs - idle) / 3), cnt = 3;
+  const unsigned user_ms = static_cast<unsigned>(l.count());
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
+}
+
+/// Options of every connection of the store: no Nagle delay, liveness `l`, close-on-exec.
+inline void tune_control_socket(int fd, std::chrono::milliseconds l = default_liveness) noexcept {
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  set_liveness(fd, l);
+  set_cloexec(fd);
+}
+
+/// "address:port" of a socket address (IPv4 or IPv6), for logs and per-address limits.
+inline std::string peer_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(sa);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+    return std::string(buf) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(sa);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+    return std::string(buf) + ":" + std::to_string(ntohs(a->sin6_port));
+  }
+  return "?:0";
+}
+
 /// Options of every data connection: no Nagle delay, large kernel buffers, congestion control
 /// `congestion` (empty: the system's), non-blocking. Returns false when the kernel refused the
 /// congestion control (not available, or not in net.ipv4.tcp_allowed_congestion_control); the
 /// connection then keeps the system default and works as before.
-inline bool tune_data_socket(net::tcp_socket& s, int buf_bytes, const std::string& congestion = {}) {
+inline bool tune_data_socket(net::tcp_socket& s, int buf_bytes, const std::string& congestion = {},
+                             std::chrono::milliseconds liveness = default_liveness) {
+  set_liveness(s.native_handle(), liveness);
+  set_cloexec(s.native_handle());
   asio::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
   if (buf_bytes > 0) {
@@ -156,6 +210,7 @@ inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::
     s.open(ep.protocol(), ec);
     if (bootstrap::out_of_descriptors(ec)) throw bootstrap::fd_exhausted("connecting to " + what, 0);
     if (ec) throw error(errc::system, "socket(): " + ec.message());
+    set_cloexec(s.native_handle());
     set_nonblocking(s.native_handle());
     set_congestion(s.native_handle(), congestion);  // failure reported by tune_data_socket
     int r = ::connect(s.native_handle(), ep.data(), static_cast<socklen_t>(ep.size()));
@@ -185,7 +240,10 @@ inline bool accept_until(net::tcp_acceptor& acc, net::tcp_socket& out, deadline 
   for (;;) {
     asio::error_code ec;
     acc.accept(out, ec);
-    if (!ec) return true;
+    if (!ec) {
+      set_cloexec(out.native_handle());
+      return true;
+    }
     if (bootstrap::out_of_descriptors(ec)) throw bootstrap::fd_exhausted("accept", 0);
     if (ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted &&
         ec != asio::error::connection_aborted)

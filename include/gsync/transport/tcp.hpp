@@ -61,6 +61,11 @@ class tcp {
   /// no repeats): rank i of the new view is `members[i]` here. `comm` is the new view's identity
   /// on the wire (not 0, the same on every member, different from every other view's of the job).
   GSYNC_DECL std::unique_ptr<tcp> split(const std::vector<int>& members, std::uint64_t comm) const;
+  /// After a failure (`errc::peer_lost`, `errc::aborted`, a timeout), a new endpoint over the ranks
+  /// still alive, numbered in their old order: collective over the survivors, each of which calls
+  /// it; they agree on who is alive (transport/mesh/shrink.ipp), also when rank 0 is the one lost.
+  /// Every wait ends by `timeout`. Only the job's world (not a split view) can be shrunk.
+  GSYNC_DECL std::unique_ptr<tcp> shrink(std::chrono::milliseconds timeout) const;
   /// The view's identity on the wire (0: the job's world).
   std::uint64_t comm_id() const noexcept { return comm_; }
   /// Rank of this view's rank `r` in the job (the world view's numbering, used in messages).

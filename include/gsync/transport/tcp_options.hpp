@@ -62,6 +62,10 @@ struct tcp_options {
   double net_gbps = 0;
   /// Cost of one message between hosts in microseconds (GSYNC_NET_LATENCY_US); 0: measured or assumed.
   double net_latency_us = 0;
+  /// Milliseconds after which a connection whose peer stopped answering (a vanished host, a
+  /// partition) fails without waiting for a FIN: TCP keepalive on idle connections and
+  /// TCP_USER_TIMEOUT on unacknowledged data (GSYNC_LIVENESS_S, default 10 s; 0: the kernel's).
+  int liveness_ms = 10000;
   /// Network interface whose address this rank listens on and advertises (GSYNC_SOCKET_IFNAME);
   /// empty: the address of the route to the store (bootstrap/interface.hpp).
   std::string socket_ifname;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -63,7 +64,12 @@ class shm_endpoint {
     if (r == "-") return false;
     const auto sp = r.find(' ');
     if (sp == std::string::npos) throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(peer) + ": " + r);
-    const std::size_t rb = std::stoull(r.substr(sp + 1));
+    // The store's values are not trusted: a checked size, and only a segment gsync names.
+    std::size_t rb = 0;
+    const auto sp_end = std::min(r.size(), r.find(' ', sp + 1));
+    const auto [end, ec] = std::from_chars(r.data() + sp + 1, r.data() + sp_end, rb);
+    if (ec != std::errc{} || end != r.data() + sp_end || !tcp_options::valid_ring_bytes(rb) || !r.starts_with("/gsync-") || r.find('/', 1) < sp)
+      throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(peer) + ": " + r.substr(0, 200));
     const auto sp2 = r.find(' ', sp + 1);
     if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") light_ = false;
     auto& ps = peer_segs_[static_cast<std::size_t>(peer)];

@@ -87,9 +87,16 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
   ++connected_;
 }
 
-// Runs the accepting side of a new connection: the job-key handshake and the hello, a few seconds
-// at most (a stranger must not hold this rank). Attaches the socket to the dialing rank's TCP
-// link and returns that rank, or logs why it refused the connection and returns -1.
+// The dialing rank's hello, checked: true when it names a rank of this job above this one that
+// has no connection yet.
+inline bool host_mesh::good_hello(const hello& h) const {
+  return h.magic == hello{}.magic && h.version == 1 && h.size == size_ && h.nonce == nonce_ && h.rank > rank_ && h.rank < size_ &&
+         !peers_[static_cast<std::size_t>(h.rank)].tcp().connected();
+}
+
+// Runs the accepting side of a new connection at start-up: the job-key handshake and the hello, a
+// few seconds at most. Attaches the socket to the dialing rank's TCP link and returns that rank,
+// or logs why it refused the connection and returns -1.
 inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
   tune(s);
   hello h;
@@ -97,7 +104,7 @@ inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
   try {
     asio::error_code ig;
     from = s.remote_endpoint(ig).address().to_string();
-    const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + admit_limit);
     std::string why;
     if (!bootstrap::auth::accept_handshake(s.native_handle(), key_, hdl, "connecting peer " + from, why)) {
       log_.warn("rejected a connection from " + from + ": " + why);
@@ -108,8 +115,7 @@ inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
     log_.warn("rejected a connection from " + from + ": " + e.what());
     return -1;
   }
-  if (h.magic != hello{}.magic || h.version != 1 || h.size != size_ || h.nonce != nonce_ || h.rank <= rank_ ||
-      h.rank >= size_ || peers_[static_cast<std::size_t>(h.rank)].tcp().connected()) {
+  if (!good_hello(h)) {
     log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
     return -1;
   }
@@ -118,19 +124,78 @@ inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
   return h.rank;
 }
 
-// Admits every connection waiting on the listener now, without blocking for new ones.
-inline void host_mesh::accept_ready(deadline dl) {
+// Takes every connection waiting on the listener now, without blocking: each is admitted as its
+// bytes arrive, by the waits' poll loop (`admit_some`), so that a stranger that connects and stays
+// silent costs this rank nothing but a descriptor, for `admit_limit` at most.
+inline void host_mesh::accept_ready(deadline) {
   if (!acc_.is_open()) return;
   for (;;) {
-    detail::net::tcp_socket s(io_);
+    auto s = std::make_unique<detail::net::tcp_socket>(io_);
     asio::error_code ec;
-    acc_.accept(s, ec);
+    acc_.accept(*s, ec);
     if (ec) {
       if (bootstrap::out_of_descriptors(ec))
         fail(errc::system, bootstrap::fd_exhausted("rank " + std::to_string(rank_) + ": accepting a peer's connection", size_).what());
       return;  // would block (nothing waiting), or a connection that went away before it was taken
     }
-    admit(s, dl);
+    tune(*s);
+    asio::error_code ig;
+    std::string from = s->remote_endpoint(ig).address().to_string();
+    if (admitting_.size() >= max_admitting) {  // a flood: the peers of this job dial once each
+      log_.warn("rejected a connection from " + from + ": " + std::to_string(max_admitting) + " connections are already being admitted");
+      continue;
+    }
+    admitting_.push_back({std::move(s), std::make_unique<bootstrap::auth::server_handshake>(key_), {}, false,
+                          std::chrono::steady_clock::now() + admit_limit, std::move(from)});
+  }
+}
+
+// Moves every connection being admitted on by what it has sent, and drops those whose time is up.
+// It reads exactly what the step it is at needs (the hello, the proof, then this job's hello):
+// the dialer may send its first frames right behind, and those belong to the link.
+inline void host_mesh::admit_some() {
+  const auto now = std::chrono::steady_clock::now();
+  for (std::size_t k = 0; k < admitting_.size();) {
+    admitting& a = admitting_[k];
+    const int fd = a.s->native_handle();
+    std::string why;
+    bool done = false;
+    while (why.empty() && !done) {
+      const std::size_t want = a.hs ? (a.challenged ? bootstrap::auth::mac_bytes : bootstrap::auth::hello_bytes) : sizeof(hello);
+      char buf[64];
+      const ssize_t r = ::recv(fd, buf, want - a.in.size(), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) why = "closed during the handshake";
+      if (r <= 0) break;
+      a.in.append(buf, static_cast<std::size_t>(r));
+      if (a.in.size() < want) continue;
+      if (a.hs) {
+        std::string out;
+        const auto st = a.hs->feed(a.in, out);
+        if (!out.empty()) {
+          a.challenged = true;
+          if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(out.size())) why = "could not be answered";
+        }
+        if (st == bootstrap::auth::server_handshake::state::failed) why = a.hs->why();
+        if (st == bootstrap::auth::server_handshake::state::done) a.hs.reset();
+        continue;
+      }
+      hello h;
+      std::memcpy(&h, a.in.data(), sizeof h);
+      if (!good_hello(h)) {
+        why = "not a rank of this job (bad hello)";
+        break;
+      }
+      peers_[static_cast<std::size_t>(h.rank)].tcp().attach(a.s->release());  // the TCP link owns the socket from here
+      ++connected_;
+      done = true;
+    }
+    if (why.empty() && !done && now >= a.until) why = "did not complete the handshake within " + std::to_string(admit_limit.count()) + " s";
+    if (!why.empty()) log_.warn("rejected a connection from " + a.from + ": " + why);
+    if (done || !why.empty()) {
+      admitting_.erase(admitting_.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    ++k;
   }
 }
 

@@ -72,9 +72,10 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   const auto k = static_cast<errc>(h.tag);
   if (k == errc::mismatch || k == errc::aborted)
     fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
-  const int first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size_) ? static_cast<int>(h.seq) - 1 : peer;
+  // The rank the notifier lost first, when it knew one (the notifier itself is alive: it wrote).
+  const int first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size_) ? static_cast<int>(h.seq) - 1 : -1;
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
-                            (first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
+                            (first >= 0 && first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
                             (id.seq ? " during op #" + std::to_string(id.seq) : std::string()) + ": " + why, first);
 }
 
@@ -186,8 +187,12 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
           fail(static_cast<errc>(k), "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
         fail(errc::peer_lost, msg + "; it had failed: " + why, culprit);
       }
+      // No failure record: the peer did not fail (a failing rank records why before its
+      // connections close), it vanished: it is the rank lost, unless the caller knows an earlier one.
+      if (culprit < 0) culprit = peer;
     } catch (const error&) {
       if (broken_) throw;  // the fail() above
+      if (peer == 0 && culprit < 0) culprit = 0;  // it served the store, which is gone with it
       if (rank_ != 0 && peer != 0)  // the store, served by rank 0, is gone too: say so, it is likely the cause
         fail(errc::peer_lost, msg + "; the store (served by rank 0) cannot be reached either: rank 0 has probably died first", 0);
     }
@@ -200,6 +205,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 // abort() every failure is reported as the abort. A mismatch or an abort is recorded in the
 // store before the connections close (see file comment).
 [[noreturn]] inline void host_mesh::fail(errc kind, const std::string& msg_in, int lost) {
+  if (lost >= 0 && lost < size_ && lost != rank_) dead_.insert(lost);  // for a shrink (shrink.ipp)
   std::string msg = msg_in;
   if (aborted_.load(std::memory_order_acquire) && kind != errc::aborted) kind = errc::aborted, msg.clear();
   if (kind == errc::aborted && msg.empty()) {

@@ -92,6 +92,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -132,7 +133,11 @@ class host_mesh {
   /// carries its data. TCP connects every pair (it is the mesh's own connection), so it is last.
   using links = link_list<shm_link, tcp_link>;
 
-  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
+  /// Joins the job of `li`. `server`: a store already serving at li's master address, which this
+  /// rank (rank 0) serves the job with; `key`: the job key, instead of li's or the environment's
+  /// (both from a shrink: shrink.ipp).
+  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt,
+            std::unique_ptr<bootstrap::store_server> server = {}, const bootstrap::auth::job_key* key = nullptr);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
   ~host_mesh();
@@ -161,6 +166,8 @@ class host_mesh {
     return peer >= 0 && peer < size_ && is_shm_peer(peer) ? std::get<shm_link>(peers_[static_cast<std::size_t>(peer)].l).read_position() : 0;
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
+  /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
+  std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout);
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
 
   /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
@@ -309,6 +316,7 @@ class host_mesh {
   void set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
   std::size_t queued_of(std::uint64_t comm);
   static constexpr int listener_slot = -2;  // poll_set::idx of the listener (-1: the wake-up eventfd)
+  static constexpr int admit_slot = -3;     // poll_set::idx of a connection being admitted
   struct poll_set {
     std::vector<pollfd> fds;
     std::vector<int> idx;
@@ -328,6 +336,8 @@ class host_mesh {
 
   // Set-up (setup.ipp).
   void listen(const asio::ip::address& addr);
+  void open_recovery_listener(const asio::ip::address& addr);
+  std::uint16_t recovery_port() const;
   std::string lost_rank();
   void tune(detail::net::tcp_socket& s);
   // Connections (connect.ipp).
@@ -335,10 +345,24 @@ class host_mesh {
   void dial(int peer, deadline dl, bool at_start);
   int admit(detail::net::tcp_socket& s, deadline dl);
   void accept_ready(deadline dl);
+  void admit_some();
+  bool good_hello(const hello& h) const;
+  // A connection accepted during an operation, admitted as its bytes arrive (connect.ipp).
+  struct admitting {
+    std::unique_ptr<detail::net::tcp_socket> s;
+    std::unique_ptr<bootstrap::auth::server_handshake> hs;  // until the dialer has proved the key
+    std::string in;                                          // bytes of the step under way
+    bool challenged = false;                                 // the handshake's hello was answered
+    std::chrono::steady_clock::time_point until;             // dropped then, if not through
+    std::string from;
+  };
+  std::vector<admitting> admitting_;
+  static constexpr auto admit_limit = std::chrono::seconds(5);  // a stranger's connection, at most
+  static constexpr std::size_t max_admitting = 64;             // connections being admitted at once
   void ensure_connected(int peer, deadline dl, message_id id);
   void check_lost_while_unconnected();
   // True while a peer not connected yet may still dial this rank: waits watch the listener.
-  bool may_be_dialed() const noexcept { return connected_ < size_ - 1 && acc_.is_open(); }
+  bool may_be_dialed() const noexcept { return (connected_ < size_ - 1 && acc_.is_open()) || !admitting_.empty(); }
   // True when `peer`'s data goes over a TCP link not connected yet (connect.ipp).
   bool unconnected(int peer) const noexcept {
     const auto& c = peers_[static_cast<std::size_t>(peer)];
@@ -404,6 +428,22 @@ class host_mesh {
   std::string behind_report(std::uint64_t seq, deadline sdl);
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
 
+  // Shrinking to the survivors (shrink.ipp).
+  struct shrink_agreement {
+    std::vector<int> members;                          // old ranks, ascending
+    int coordinator = -1;                              // the lowest of them, which serves the store
+    std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
+  };
+  shrink_agreement agree_survivors(deadline dl);
+  shrink_agreement coordinate_shrink(std::set<int> dead, deadline dl, std::chrono::milliseconds window);
+  std::chrono::milliseconds liveness() const noexcept { return std::chrono::milliseconds(opt_.liveness_ms > 0 ? opt_.liveness_ms : 10000); }
+  // The store's bounds, with this job's liveness for its connections.
+  bootstrap::store_limits store_limits() const {
+    bootstrap::store_limits l;
+    l.liveness = std::chrono::milliseconds(opt_.liveness_ms);
+    return l;
+  }
+
   // Failure protocol (failure.ipp).
   void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
   [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
@@ -454,6 +494,7 @@ class host_mesh {
     std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
   } stall_;
   tcp_options opt_;
+  tcp_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   std::unique_ptr<bootstrap::store_server> server_;
@@ -484,6 +525,8 @@ class host_mesh {
   errc broken_kind_ = errc::system;
   std::string broken_msg_;
   std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
+  std::set<int> dead_;       // ranks this rank has seen die (failure.ipp), for a shrink
+  int rec_fd_ = -1;          // the recovery listener (setup.ipp): where this rank serves a shrink's store
   std::string master_addr_;  // the store's address, for abort()'s own connection
   std::uint16_t master_port_ = 0;
   std::mutex abort_m_;       // guards abort_msg_

@@ -13,6 +13,7 @@
 #include "gsync/transport/mesh/link_path.ipp"
 #include "gsync/transport/mesh/progress.ipp"
 #include "gsync/transport/mesh/setup.ipp"
+#include "gsync/transport/mesh/shrink.ipp"
 #include "gsync/transport/tcp.hpp"
 
 namespace gsync::transport {
@@ -24,6 +25,19 @@ GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds 
       rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()), local_(&m_->local_costs()) {}
 GSYNC_DECL tcp::~tcp() {
   if (comm_ != 0 && m_) m_->forget_comm(comm_);
+}
+
+GSYNC_DECL std::unique_ptr<tcp> tcp::shrink(std::chrono::milliseconds timeout) const {
+  if (!world_.empty() || comm_ != 0)
+    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": shrink: only the job's world communicator can be shrunk (not one made by split)");
+  std::unique_ptr<tcp> t(new tcp());
+  t->m_ = m_->shrink(timeout);
+  t->rank_ = t->m_->rank();
+  t->size_ = t->m_->size();
+  t->name_ = t->m_->name();
+  t->topo_ = &t->m_->topo();
+  t->local_ = &t->m_->local_costs();
+  return t;
 }
 
 GSYNC_DECL std::unique_ptr<tcp> tcp::split(const std::vector<int>& members, std::uint64_t comm) const {

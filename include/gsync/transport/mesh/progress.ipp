@@ -60,8 +60,14 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     }
   if (awaiting) check_lost_while_unconnected();
   if (listening) {
-    pfds_.push_back({acc_.native_handle(), POLLIN, 0});
-    pidx_.push_back(listener_slot);
+    if (acc_.is_open()) {
+      pfds_.push_back({acc_.native_handle(), POLLIN, 0});
+      pidx_.push_back(listener_slot);
+    }
+    for (auto& a : admitting_) {  // connections being admitted (connect.ipp)
+      pfds_.push_back({a.s->native_handle(), POLLIN, 0});
+      pidx_.push_back(admit_slot);
+    }
   }
   int r = 0;
   if (opt_.spin_us > 0 || bell_wait) {  // short busy poll: a reply often comes within microseconds
@@ -112,6 +118,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     fail(errc::system, "poll: " + detail::errno_text(errno));
   }
   if (r == 0) {
+    if (!admitting_.empty()) admit_some();  // time limits
     if (bell_wait) {
       if (bell_progress(in_peer)) return;
       check_bell_peers(in_peer, id);
@@ -119,9 +126,15 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     if (std::chrono::steady_clock::now() < dl) return;
     timed_out(in_peer, id);
   }
+  bool admit = false;
   for (std::size_t i = 0; i < pfds_.size(); ++i) {
     if (pidx_[i] == listener_slot) {  // a peer dials
       if (pfds_[i].revents & POLLIN) accept_ready(dl);
+      admit = true;
+      continue;
+    }
+    if (pidx_[i] == admit_slot) {
+      admit |= pfds_[i].revents != 0;
       continue;
     }
     if (pidx_[i] < 0) {  // the wake-up eventfd (shared mode): drain it
@@ -135,6 +148,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     }
     if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q().empty()) pump_peer(pidx_[i]);
   }
+  if (admit && !admitting_.empty()) admit_some();
 }
 
 // A wait that involves only doorbell peers: spin, then sleep on this rank's doorbell (at most
@@ -186,7 +200,10 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   check_bell_peers(in_peer, id);
   if (sockets) watch_idle_sockets(id);
   // A peer on another host may be dialing this rank (connect.ipp): taken after each sleep.
-  if (may_be_dialed()) accept_ready(dl);
+  if (may_be_dialed()) {
+    accept_ready(dl);
+    if (!admitting_.empty()) admit_some();
+  }
   if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
 }
 

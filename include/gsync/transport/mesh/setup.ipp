@@ -16,9 +16,10 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
   std::string text;
   if (rank_ == 0) {
     try {
-      key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+      key_ = bootstrap::auth::job_key::resolve(li.job_key);
       const auto addr = li.master_addr.empty() ? bootstrap::own_address(io_, opt_.socket_ifname) : detail::resolve_host(io_, li.master_addr);
-      server_ = std::make_unique<bootstrap::store_server>(addr.to_string(), 0, log_, key_);  // that address only
+      bootstrap::auth::require_key(key_, !addr.is_loopback(), li.allow_unauthenticated, addr.to_string(), log_);
+      server_ = std::make_unique<bootstrap::store_server>(addr.to_string(), 0, log_, key_, store_limits());  // that address only
       li.master_addr = addr.to_string();
       li.master_port = server_->port();
       text = li.master_addr + " " + std::to_string(li.master_port);
@@ -42,26 +43,33 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
     throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": rank 0 shared a bad store address '" + text.substr(0, 100) + "'");
   li.master_addr = text.substr(0, sp);
   li.master_port = static_cast<std::uint16_t>(port);
-  key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+  key_ = bootstrap::auth::job_key::resolve(li.job_key);
 }
 
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
-inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt)
-    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), acc_(io_), dial_timeout_(timeout) {
+inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt,
+                            std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key)
+    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)), dial_timeout_(timeout) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   bootstrap::launch_info li = given;  // with the store's address, once shared
-  if (li.share_store) {
+  if (key) {
+    key_ = *key;
+  } else if (li.share_store) {
     share_store(li);
   } else {
-    key_ = li.job_key ? bootstrap::auth::job_key(*li.job_key) : bootstrap::auth::job_key::from_env();
+    key_ = bootstrap::auth::job_key::resolve(li.job_key);
   }
   check_options(opt_);  // explicit values too: a bad one fails every rank the same way, before any connection
   const bool net_given = opt_.net_gbps > 0 || opt_.net_latency_us > 0;
   auto master = detail::resolve_host(io_, li.master_addr);
+  // Every rank decides alike, before it opens a port: reachable beyond loopback needs a key.
+  const std::string where = li.master_addr + ":" + std::to_string(li.master_port);
+  bootstrap::auth::require_key(key_, !master.is_loopback(), li.allow_unauthenticated, where, log_);
   if (rank_ == 0 && !server_) {
-    std::string bind = master.is_loopback() ? master.to_string() : (master.is_v6() ? "::" : "0.0.0.0");
-    server_ = std::make_unique<bootstrap::store_server>(bind, li.master_port, log_, key_);
+    // The master's address only, never every interface (store_server says so when it is not
+    // an address of this host).
+    server_ = std::make_unique<bootstrap::store_server>(master.to_string(), li.master_port, log_, key_, store_limits());
   }
   // Rank 0 serves the store: if its set-up fails, it keeps serving until the others have left
   // (bounded), so that they fail naming the real cause rather than a vanished store.
@@ -75,7 +83,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     // That store may also close while this rank is still talking to it (peer_lost): the same.
     for (;;) {
       try {
-        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_);
+        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_, std::chrono::milliseconds(opt_.liveness_ms));
         if (store_->hello(rank_, dl)) break;
       } catch (const error& e) {
         if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl) throw;
@@ -89,14 +97,16 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const auto me = bootstrap::pick_listen_address(io_, master, opt_.socket_ifname);
+    bootstrap::auth::require_key(key_, !me.is_loopback(), li.allow_unauthenticated, where, log_);  // GSYNC_SOCKET_IFNAME
     listen(me);
+    open_recovery_listener(me);
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
     // port cannot slip in.
     if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
     // Each rank publishes its record (listener, kernel, host) once and reads everyone's, with the
     // nonce, in one round trip (bootstrap/rank_record.hpp).
     const auto my_ep = acc_.local_endpoint();
-    bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id)};
+    bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id), recovery_port()};
     store_->set(bootstrap::rank_record_key(rank_), mine.encode(), dl);
     {
       std::vector<std::string> keys{"gsync/nonce"};
@@ -248,6 +258,7 @@ inline void host_mesh::check_options(const tcp_options& o) {
 
 inline host_mesh::~host_mesh() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (rec_fd_ >= 0) ::close(rec_fd_);
   if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   for (auto& p : peers_) p.tcp().close();
@@ -261,11 +272,32 @@ inline void host_mesh::listen(const asio::ip::address& addr) {
   asio::ip::tcp::endpoint ep(addr, 0);
   asio::error_code ec;
   acc_.open(ep.protocol(), ec);
+  if (!ec) detail::set_cloexec(acc_.native_handle());
   if (!ec) acc_.bind(ep, ec);
   if (!ec) detail::set_congestion(acc_.native_handle(), opt_.congestion);  // accepted connections inherit it
   if (!ec) acc_.listen(std::max(64, size_), ec);
   if (ec) throw error(errc::system, "rank " + std::to_string(rank_) + ": cannot listen on " + addr.to_string() + ": " + ec.message());
   acc_.non_blocking(true);
+}
+
+// The recovery listener (shrink.ipp): bound and listening from set-up on, so that its port is
+// in this rank's record, but accepted on only by the store of a shrink this rank coordinates.
+// Without one (no descriptor left) this rank cannot coordinate: the next lowest rank will.
+inline void host_mesh::open_recovery_listener(const asio::ip::address& addr) {
+  const asio::ip::tcp::endpoint ep(addr, 0);
+  const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  if (::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0 || ::listen(fd, std::max(64, size_)) != 0) {
+    ::close(fd);
+    return;
+  }
+  rec_fd_ = fd;
+}
+inline std::uint16_t host_mesh::recovery_port() const {
+  sockaddr_storage sa{};
+  socklen_t sl = sizeof sa;
+  if (rec_fd_ < 0 || ::getsockname(rec_fd_, reinterpret_cast<sockaddr*>(&sa), &sl) != 0) return 0;
+  return ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
 }
 
 // The store's record of the first rank lost, or "" (none, or the store is gone too).
@@ -280,7 +312,7 @@ inline std::string host_mesh::lost_rank() {
 
 // Socket options of a data connection; a congestion control the kernel refuses is logged once.
 inline void host_mesh::tune(detail::net::tcp_socket& s) {
-  if (!detail::tune_data_socket(s, opt_.socket_buffer_bytes, opt_.congestion) && !cc_warned_) {
+  if (!detail::tune_data_socket(s, opt_.socket_buffer_bytes, opt_.congestion, std::chrono::milliseconds(opt_.liveness_ms)) && !cc_warned_) {
     cc_warned_ = true;
     log_.info("TCP congestion control '" + opt_.congestion + "' refused by the kernel (" + detail::errno_text(errno) +
               "); data connections keep the system default (GSYNC_TCP_CONGESTION)");
