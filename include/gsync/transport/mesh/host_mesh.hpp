@@ -356,7 +356,6 @@ class host_mesh {
     std::chrono::steady_clock::time_point until;             // dropped then, if not through
     std::string from;
   };
-  std::vector<admitting> admitting_;
   static constexpr auto admit_limit = std::chrono::seconds(5);  // a stranger's connection, at most
   static constexpr std::size_t max_admitting = 64;             // connections being admitted at once
   void ensure_connected(int peer, deadline dl, message_id id);
@@ -497,6 +496,7 @@ class host_mesh {
   tcp_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
+  std::vector<admitting> admitting_;  // after io_: its sockets must go before the io_context
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
