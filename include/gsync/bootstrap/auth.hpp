@@ -75,6 +75,20 @@ inline std::string trimmed(std::string k) {
   while (!k.empty() && (k.back() == '\n' || k.back() == '\r' || k.back() == ' ' || k.back() == '\t')) k.pop_back();
   return k;
 }
+// The key held by file `fd` from its start (at most 4096 bytes), trailing blanks dropped; `what`
+// names the variable that gave it, for the errors.
+inline std::string read_key(int fd, const std::string& what) {
+  std::string k(4097, '\0');
+  std::size_t got = 0;
+  for (ssize_t r; got < k.size() && (r = ::pread(fd, k.data() + got, k.size() - got, static_cast<off_t>(got))) != 0;) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw error(errc::invalid_argument, what + ": read: " + detail::errno_text(errno));
+    got += static_cast<std::size_t>(r);
+  }
+  if (got > 4096) throw error(errc::invalid_argument, what + " holds more than 4096 bytes: not a key");
+  k.resize(got);
+  return trimmed(std::move(k));
+}
 // GSYNC_JOB_KEY_FILE: a regular file of this user, readable by nobody else (as ssh demands of a
 // private key), so that a key on a shared home directory is not everyone's.
 inline std::string from_file(const std::string& path) {
@@ -90,16 +104,7 @@ inline std::string from_file(const std::string& path) {
     throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " may be read or written by other users (mode " +
                                             std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) +
                                             "): run chmod 600 " + path);
-  std::string k(4097, '\0');
-  std::size_t got = 0;
-  for (ssize_t r; got < k.size() && (r = ::read(fd, k.data() + got, k.size() - got)) != 0;) {
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + ": read: " + detail::errno_text(errno));
-    got += static_cast<std::size_t>(r);
-  }
-  if (got > 4096) throw error(errc::invalid_argument, "GSYNC_JOB_KEY_FILE=" + path + " holds more than 4096 bytes: not a key");
-  k.resize(got);
-  return trimmed(std::move(k));
+  return read_key(fd, "GSYNC_JOB_KEY_FILE=" + path);
 }
 // GSYNC_JOB_KEY_FD: the memory file gsyncrun filled with the key (tools/gsyncrun.cpp), read once
 // per process and closed, so that neither the rank's environment nor its children hold the key.
@@ -117,17 +122,8 @@ inline std::string from_fd(int fd) {
     throw error(errc::invalid_argument, what + " is not gsyncrun's key descriptor (the process inherited the variable "
                                         "but not the descriptor: a child of a rank, or a wrapper that closed descriptors); "
                                         "give the key with GSYNC_JOB_KEY or GSYNC_JOB_KEY_FILE");
-  std::string k(4097, '\0');
-  std::size_t got = 0;
-  for (ssize_t r; got < k.size() && (r = ::pread(fd, k.data() + got, k.size() - got, static_cast<off_t>(got))) != 0;) {
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw error(errc::invalid_argument, what + ": read: " + detail::errno_text(errno));
-    got += static_cast<std::size_t>(r);
-  }
-  ::close(fd);
-  if (got > 4096) throw error(errc::invalid_argument, what + " holds more than 4096 bytes: not a key");
-  k.resize(got);
-  cached = trimmed(std::move(k));
+  struct closer { int fd; ~closer() { ::close(fd); } } c{fd};
+  cached = read_key(fd, what);
   return *cached;
 }
 }  // namespace detail_key
