@@ -6,6 +6,9 @@
 // allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 for another
 // kind (so a script can assert how survivors failed, and how fast). --die-rank -1 with
 // --loop: every rank loops until killed from outside (printing READY after its first allreduce).
+// --idle (with --loop): after READY, no more operations: every rank polls comm.health() every
+// 20 ms and fails (exit 42 for peer_lost) when it reports a failure, as a rank between
+// operations (computing, loading data) would learn of a lost peer.
 // --orphan-shm: this rank creates /dev/shm/gsync-PID-orphan (as a rank killed during setup would
 // leave it) and exits 3; the launcher must remove it.
 
@@ -46,9 +49,10 @@ int check(gsync::tcp_communicator& comm, std::size_t count, bool in_place) {
 
 int main(int argc, char** argv) {
   int die_rank = -1, die_after_ms = 0;
-  bool loop = false;
+  bool loop = false, idle = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--loop")) loop = true;
+    else if (!std::strcmp(argv[i], "--idle")) idle = true;
     else if (!std::strcmp(argv[i], "--orphan-shm")) {
       const std::string name = "/gsync-" + std::to_string(::getpid()) + "-orphan";
       int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
@@ -73,6 +77,10 @@ int main(int argc, char** argv) {
       if (loop) {  // set-up is over and data flows: a test may kill a rank from now on
         std::printf("READY rank %d pid %d\n", rank, static_cast<int>(::getpid()));
         std::fflush(stdout);
+      }
+      while (loop && idle) {
+        if (const gsync::health_report h = comm.health(); !h) throw gsync::error(h.kind, h.message);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       for (;;) gsync::allreduce(comm, std::span<float>{v});
     }

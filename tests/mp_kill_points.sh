@@ -15,7 +15,10 @@
 #   - the last survivor exited less than 5 s after the kill (measured with date +%s%N);
 #   - no /dev/shm/gsync-PID-* segment of any of the job's processes is left.
 # GSYNC_TIMEOUT_S is unset: detection must not rely on a short deadline. The TCP rows run with a
-# job key, the shared-memory rows without. Then once through
+# job key, the shared-memory rows without. The rows after `sig=STOP` stop the victim (SIGSTOP)
+# instead, with GSYNC_LIVENESS_S=2: a stopped process's kernel keeps its connections open, so only
+# gsync's heartbeat can find it, and the last survivor must have failed within those 2 s; then
+# the victim is killed. Then once through
 # gsyncrun: kill a rank it started; gsyncrun must exit with that rank's status (137) and name it.
 # Ports are random in 10000..29999, retried when the store's port is taken. Every row runs (a
 # failing row does not stop the others); the table at the end shows each one, and the script
@@ -29,6 +32,7 @@ unset GSYNC_TIMEOUT_S GSYNC_ALGO GSYNC_SHM_DISABLE GSYNC_JOB_KEY GSYNC_RANK GSYN
 unset GSYNC_ALGO_BROADCAST GSYNC_ALGO_ALLGATHER GSYNC_HOST_ID GSYNC_SEGMENT_BYTES
 limit_ms=5000
 watchdog_s=8
+sig=KILL  # what the rows below do to the victim (KILL, or STOP: see above)
 now_ns() { date +%s%N; }
 
 rows=()
@@ -45,8 +49,9 @@ run_point() {
   local mode=$1 transport=$2 n=$3 victim=$4
   shift 4
   local extra=("$@")
-  local row_start
+  local row_start live=() lim=$limit_ms
   row_start=$(now_ns)
+  if [ "$sig" = STOP ]; then live=(GSYNC_LIVENESS_S=2); lim=2000; fi
   local attempt pids codes start ms taken r why=""
   for attempt in 1 2 3; do
     rm -f "$tmp"/out.* "$tmp"/err.*
@@ -58,10 +63,10 @@ run_point() {
     [ "$transport" = tcp ] && key=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
     for ((r = 0; r < n; r++)); do
       if [ "$transport" = tcp ]; then
-        GSYNC_JOB_KEY=$key GSYNC_SHM_DISABLE=1 GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
+        env "${live[@]}" GSYNC_JOB_KEY=$key GSYNC_SHM_DISABLE=1 GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
           "$prog" --mode "$mode" --victim "$victim" --watchdog-s $watchdog_s "${extra[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
       else
-        GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
+        env "${live[@]}" GSYNC_RANK=$r GSYNC_WORLD_SIZE=$n GSYNC_MASTER_PORT=$port GSYNC_ALGO=ring \
           "$prog" --mode "$mode" --victim "$victim" --watchdog-s $watchdog_s "${extra[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
       fi
       pids+=($!)
@@ -93,10 +98,17 @@ run_point() {
       *) sleep "0.$(printf '%03d' $((RANDOM % 300)))" ;;
     esac
     start=$(now_ns)
-    kill -9 "${pids[$victim]}"
+    kill -"$sig" "${pids[$victim]}"
     codes=()
-    for p in "${pids[@]}"; do { wait "$p"; } 2>/dev/null; codes+=($?); done
+    for ((r = 0; r < n; r++)); do
+      [ "$r" = "$victim" ] && continue
+      { wait "${pids[$r]}"; } 2>/dev/null
+      codes[$r]=$?
+    done
     ms=$((($(now_ns) - start) / 1000000))
+    [ "$sig" = STOP ] && kill -9 "${pids[$victim]}"
+    { wait "${pids[$victim]}"; } 2>/dev/null
+    codes[$victim]=$?
     # At the setup points the survivors said READY before the store was up: a taken port shows here.
     if grep -q "cannot listen" "$tmp"/err.* 2>/dev/null; then echo "port $port taken; retrying"; why="the store's port was taken 3 times"; continue; fi
     why=""
@@ -118,7 +130,7 @@ run_point() {
       fi
     done
   fi
-  if [ -z "$why" ] && [ "$ms" -ge "$limit_ms" ]; then why="the last survivor exited ${ms} ms after the kill"; fi
+  if [ -z "$why" ] && [ "$ms" -ge "$lim" ]; then why="the last survivor exited ${ms} ms after the $sig"; fi
   if [ -z "$why" ]; then
     local p left
     for p in "${pids[@]}"; do
@@ -139,7 +151,7 @@ run_point() {
     echo "---- $mode/$transport N=$n victim $victim failed: $why"
     for ((r = 0; r < n; r++)); do sed "s/^/  [$r] /" "$tmp/err.$r" 2>/dev/null | grep -v 'GSYNC_JOB_KEY is not set'; done
   fi
-  add_row "$mode" "$transport" "$n" "$victim" "$surv" "$ms" "$row_start" "$verdict"
+  add_row "$mode$([ "$sig" = STOP ] && echo /STOP)" "$transport" "$n" "$victim" "$surv" "$ms" "$row_start" "$verdict"
 }
 
 # point      transport N victim (extra)
@@ -169,6 +181,17 @@ run_point async     tcp 4 2
 run_point split     shm 4 1
 run_point split     tcp 4 2
 run_point split     tcp 6 0
+# Stopped, not killed (SIGSTOP): found by the heartbeat alone, within GSYNC_LIVENESS_S=2.
+sig=STOP
+run_point ring      shm 4 1
+run_point ring      tcp 4 0 --mib 16
+run_point barrier   tcp 3 2
+run_point idle      shm 3 0
+run_point idle      tcp 4 3
+run_point p2p       tcp 3 1
+run_point async     shm 3 2
+run_point split     tcp 4 1
+sig=KILL
 
 # Through gsyncrun: kill rank 2 of 4 mid-ring; gsyncrun must exit 137 (the first failure, a
 # SIGKILL) and name rank 2 in its output.

@@ -21,7 +21,8 @@
 #               elements. The plain build runs them at full size.
 #   TSan:       the threaded parts: the async progress engine, in-process, TCP and shared-memory
 #               worlds of threads, the store, failures and abort() from another thread, mismatch
-#               notices, stall records, counters and trace files written from several threads.
+#               notices, stall records, counters and trace files written from several threads,
+#               the heartbeat's thread reporting into a mesh.
 # GSYNC_SANITIZE_FULL=1 adds the sweeps and the soak test to TSan and the TCP allreduce sweep and
 # the device-path files to ASan+UBSan (much longer: benchmarks/results/from_code_comments.md).
 #
@@ -67,7 +68,7 @@ for f in tests/test_*.cpp; do
   [[ " ${heavy[*]} ${asan_skip[*]} " == *" $t "* ]] || asan_tests+=("$t")
 done
 tsan_tests=(test_async test_mismatch test_collectives test_bootstrap test_shm test_failures test_observability test_auth test_device_staged test_device_synchronizer
-            test_stall test_link_probe test_cuda_ipc test_cuda_ipc_hierarchical test_split test_shrink)
+            test_stall test_link_probe test_cuda_ipc test_cuda_ipc_hierarchical test_split test_shrink test_heartbeat)
 if [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ]; then
   tsan_tests=(test_soak test_allreduce_sweep_tcp test_collectives_sweep "${tsan_tests[@]}")
 fi

@@ -126,8 +126,10 @@ class store_server {
   /// process that hosts the store calls this before destroying it, so that ranks still setting
   /// up, or looking up why a peer failed, are not cut off by an early exit of rank 0.
   /// A server that ran out of descriptors does not wait: ranks it could not accept never leave.
-  void linger(std::chrono::steady_clock::time_point dl) const {
-    while (active_.load(std::memory_order_acquire) > 0 && !out_of_fds_.load(std::memory_order_acquire) &&
+  /// `stopped`: ranks known to be stopped (found silent), which keep their connections open
+  /// without ever leaving: not waited for.
+  void linger(std::chrono::steady_clock::time_point dl, int stopped = 0) const {
+    while (active_.load(std::memory_order_acquire) > stopped && !out_of_fds_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < dl)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

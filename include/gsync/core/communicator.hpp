@@ -51,6 +51,7 @@
 #include "gsync/core/counters.hpp"
 #include "gsync/core/links.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/progress_engine.hpp"
 #include "gsync/core/request.hpp"
@@ -210,30 +211,45 @@ class communicator {
   communicator split(int color, int key = 0)
     requires splittable_transport<X>;
 
-  /// After an operation failed with `errc::peer_lost` or `errc::aborted` (or timed out), a
-  /// communicator of the same type over the ranks still alive, numbered in their old order, with
-  /// this one's settings: collective over the survivors, each of which calls it (this one stays
-  /// broken). The survivors agree on who they are, also when rank 0 is the one lost; a rank that
-  /// fails meanwhile is left out, and a rank the others have given up fails with peer_lost.
+  /// After an operation failed with `errc::peer_lost` or `errc::aborted` (or timed out), or
+  /// `health()` reported a lost peer, a communicator of the same type over the ranks still alive,
+  /// numbered in their old order, with this one's settings: collective over the survivors, each
+  /// of which calls it (this one stays broken). The survivors agree on who they are, also when
+  /// rank 0 is the one lost; a rank that fails meanwhile is left out, and a rank the others have
+  /// given up fails with peer_lost. Defined in gsync/shrink.hpp (included by every collective's header).
   /// \code
   ///   try { gsync::allreduce(comm, grad); }
   ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }
   /// \endcode
   communicator shrink()
-    requires shrinkable_transport<X>
-  {
-    if (!x_) null_use();
-    std::unique_ptr<X> next;
+    requires shrinkable_transport<X>;
+
+  /// Whether this communicator can still be used, without blocking and without talking to the
+  /// peers; callable from any thread. Not `ok()` once an operation failed, after `abort()`, or
+  /// when the transport's liveness checks found a peer stopped, vanished or exited meanwhile
+  /// (the TCP / shared-memory transport: within GSYNC_LIVENESS_S, also between operations;
+  /// core/health.hpp). The next operation then fails with that kind and words.
+  health_report health() const noexcept {
+    health_report h;
     try {
-      next = x_->shrink(cfg_.timeout);
-    } catch (const error&) {
-      throw;
-    } catch (const std::bad_alloc&) {
-      throw error(errc::system, "shrink: out of memory");
-    } catch (const std::exception& e) {
-      throw error(errc::system, std::string("shrink: ") + e.what());
+      if (aborted()) {
+        h.kind = errc::aborted;
+        h.message = "communicator aborted";
+      } else if (engine_ && engine_->broken()) {
+        const error e = engine_->shared()->broken_error();
+        h.kind = e.kind();
+        h.message = e.what();
+      }
+      if constexpr (health_reporting_transport<X>) {
+        if (x_ && (h.ok() || h.kind == errc::aborted)) {  // the transport knows the aborted rank's words and a lost rank's number
+          health_report t = x_->health();
+          if (!t.ok()) h = std::move(t);
+        }
+      }
+    } catch (...) {  // out of memory for a message: the kind is what matters
+      if (h.ok()) h.kind = errc::system;
     }
-    return communicator(std::move(next), cfg_, -1);
+    return h;
   }
 
   /// Deadline length of every blocking wait.

@@ -21,6 +21,7 @@
 
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/concepts.hpp"
+#include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/build_mode.hpp"
@@ -102,6 +103,11 @@ class tcp {
   /// reporting the abort. Idempotent. The connections are shared: every view of them (every
   /// communicator split from the same job on this rank) is aborted with it.
   GSYNC_DECL void abort(const std::string& why) noexcept;
+  /// What this rank knows of failures, without blocking, from any thread (`health_reporting_transport`):
+  /// its own failure, an abort, or a peer the heartbeat (transport/mesh/heartbeat.hpp) found
+  /// stopped or gone, also between operations. `lost_rank` is in the job's numbering. Shared by
+  /// every view of the connections.
+  GSYNC_DECL health_report health() const noexcept;
 
   /// Payload bytes handed to post_send so far through this view (frame headers not counted): what
   /// this rank sent, counted, for reports such as the gradient layer's bytes on the wire

@@ -36,12 +36,84 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   }
   abort_recorded_.store(true, std::memory_order_release);
   for (auto& p : peers_) p.tcp().shutdown();
+  if (shm_endpoint* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
+  wake_waits();
+}
+
+// Wakes this rank's thread waiting in poll(2) (the wake-up eventfd) or on its doorbell.
+// Thread-safe: abort() and the heartbeat's thread call it.
+inline void host_mesh::wake_waits() noexcept {
+  if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
+  }
   if (shm_endpoint* own = bell_owner()) {
-    own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
     own->bell().sleepers.fetch_add(1, std::memory_order_relaxed);  // force the wake-up of our own sleepers
     shm::notify(own->bell());
     own->bell().sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+// The heartbeat's news (on its thread, transport/mesh/heartbeat.hpp). A peer that stopped
+// answering fails this rank's running wait at once and every later call (hb_alarm_); one that
+// left without a goodbye is only remembered: an operation that needs it meets the closed
+// connection, and health() reports it meanwhile.
+inline void host_mesh::on_heartbeat(const heartbeat::news& n) noexcept {
+  try {
+    {
+      std::lock_guard lk(hb_m_);
+      hb_dead_.insert(n.rank);
+      if (n.silent) hb_silent_.insert(n.rank);
+      if (n.silent && hb_lost_ < 0) hb_lost_ = n.rank, hb_lost_why_ = n.why;
+      if (!n.silent && hb_exited_ < 0) hb_exited_ = n.rank, hb_exited_why_ = n.why;
+    }
+    if (!n.silent) return;
+    log_.warn("rank " + std::to_string(rank_) + ": " + n.why);
+  } catch (...) {
+  }
+  if (!n.silent) return;
+  hb_alarm_.store(true, std::memory_order_release);
+  wake_waits();
+}
+
+// A wait or a call met the heartbeat's alarm: fail as a lost peer, naming it.
+[[noreturn]] inline void host_mesh::heartbeat_lost() {
+  int who;
+  std::string why;
+  {
+    std::lock_guard lk(hb_m_);
+    who = hb_lost_;
+    why = hb_lost_why_;
+  }
+  fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + why + (cur_op_ ? " (this rank was in op #" + std::to_string(cur_op_) + ")" : std::string()), who);
+}
+
+inline health_report host_mesh::health() const noexcept {
+  health_report h;
+  try {
+    if (broken_.load(std::memory_order_acquire)) {
+      h.kind = broken_kind_;
+      h.lost_rank = broken_lost_;
+      h.message = broken_msg_;
+      return h;
+    }
+    if (aborted_.load(std::memory_order_acquire)) {
+      std::lock_guard lk(abort_m_);
+      h.kind = errc::aborted;
+      h.message = abort_msg_;
+      return h;
+    }
+    std::lock_guard lk(hb_m_);
+    if (hb_lost_ >= 0 || hb_exited_ >= 0) {
+      const bool silent = hb_lost_ >= 0;
+      h.kind = errc::peer_lost;
+      h.lost_rank = silent ? hb_lost_ : hb_exited_;
+      h.message = "rank " + std::to_string(rank_) + ": " + (silent ? hb_lost_why_ : hb_exited_why_);
+    }
+  } catch (...) {
+    if (h.ok()) h.kind = errc::system;
+  }
+  return h;
 }
 
 [[gnu::cold, gnu::noinline]] inline void host_mesh::bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
@@ -158,6 +230,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   // Operation numbers of other communicators than the world cannot be compared with the
   // record's: such a wait meets the peer's loss when it next needs the peer.
   if (id.tag >= 0x80000000u || id.seq == 0 || id.fp.comm != 0) return;
+  if (hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();  // the root cause, and the store may be frozen with it
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     if (!store_->check(failed_key(peer), d)) return;
@@ -173,6 +246,9 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 // A peer's connection closed or its `failed` flag rose: if it left a failure record (a mismatch
 // it detected, an abort), fail with that kind and its words; otherwise peer_lost with `msg`.
 [[noreturn]] inline void host_mesh::lost(int peer, const std::string& msg, int culprit) {
+  // A peer the heartbeat found silent is the root cause of what follows (and when it is rank 0,
+  // the store is frozen with it: no lookups).
+  if (!broken_ && !aborted_.load(std::memory_order_acquire) && hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();
   if (!broken_ && !aborted_.load(std::memory_order_acquire)) {
     try {
       const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -228,8 +304,9 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     }
     broken_kind_ = kind;
     broken_msg_ = msg;
+    broken_lost_ = lost;
     broken_.store(true, std::memory_order_release);
-    if (kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) {  // abort() recorded its own
+    if ((kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) && !store_silent()) {  // abort() recorded its own; a stopped rank 0 holds the store
       try {
         const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         store_->set(failed_key(rank_) + "/op", std::to_string(cur_op_), d);  // before the record: readers see both
@@ -268,6 +345,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::unusable() {
+  if (!broken_ && !aborted_.load(std::memory_order_acquire) && hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();
   if (!broken_) fail(errc::aborted, "");
   throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
 }

@@ -108,6 +108,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
@@ -120,6 +121,7 @@
 #include "gsync/transport/links/shm_endpoint.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
+#include "gsync/transport/mesh/heartbeat.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/transport/tcp_options.hpp"
 
@@ -169,6 +171,8 @@ class host_mesh {
   /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
   std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout);
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
+  /// What this rank knows of failures, without blocking, from any thread (failure.ipp).
+  health_report health() const noexcept;
 
   /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
   /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
@@ -444,6 +448,16 @@ class host_mesh {
   }
 
   // Failure protocol (failure.ipp).
+  void on_heartbeat(const heartbeat::news& n) noexcept;
+  [[noreturn]] void heartbeat_lost();
+  void wake_waits() noexcept;
+  // True when the heartbeat found rank 0, which serves the store, silent: the store is frozen
+  // with it, and a request would only wait for its deadline.
+  bool store_silent() const {
+    if (!hb_alarm_.load(std::memory_order_acquire)) return false;
+    std::lock_guard lk(hb_m_);
+    return hb_silent_.count(0) > 0;
+  }
   void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
   [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
   void send_notices(errc kind, const std::string& msg, int lost);
@@ -475,7 +489,8 @@ class host_mesh {
     if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
   }
   void check_usable() {
-    if (broken_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire)) [[unlikely]] unusable();
+    if (broken_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire) || hb_alarm_.load(std::memory_order_acquire))
+        [[unlikely]] unusable();
   }
   static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
   static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
@@ -526,10 +541,22 @@ class host_mesh {
   std::string broken_msg_;
   std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
   std::set<int> dead_;       // ranks this rank has seen die (failure.ipp), for a shrink
+  int broken_lost_ = -1;     // the rank lost first, as fail() was told (for health())
+  // Liveness (transport/mesh/heartbeat.hpp): the heartbeat's thread reports through
+  // on_heartbeat; a silent peer raises hb_alarm_, which every wait and call checks.
+  std::unique_ptr<heartbeat> hb_;
+  mutable std::mutex hb_m_;           // guards the six below
+  int hb_lost_ = -1;                  // the first rank reported silent
+  std::string hb_lost_why_;
+  int hb_exited_ = -1;                // the first rank reported gone without a goodbye
+  std::string hb_exited_why_;
+  std::set<int> hb_dead_;             // every rank the heartbeat reported, for a shrink
+  std::set<int> hb_silent_;           // of which those that stopped answering
+  std::atomic<bool> hb_alarm_{false};
   int rec_fd_ = -1;          // the recovery listener (setup.ipp): where this rank serves a shrink's store
   std::string master_addr_;  // the store's address, for abort()'s own connection
   std::uint16_t master_port_ = 0;
-  std::mutex abort_m_;       // guards abort_msg_
+  mutable std::mutex abort_m_;  // guards abort_msg_
   std::atomic<bool> aborted_{false};
   std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
   std::string abort_msg_;

@@ -85,6 +85,7 @@ GSYNC_DECL std::uint64_t tcp::shm_read_position(int peer) const noexcept {
 }
 GSYNC_DECL bootstrap::store_client& tcp::store() { return m_->store(); }
 GSYNC_DECL void tcp::abort(const std::string& why) noexcept { m_->abort(why); }
+GSYNC_DECL health_report tcp::health() const noexcept { return m_ ? m_->health() : health_report{}; }
 
 GSYNC_DECL void tcp::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
   id.fp.comm = comm_;

@@ -16,6 +16,7 @@ namespace gsync::transport {
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
   if (broken_.load(std::memory_order_acquire)) [[unlikely]] unusable();  // another thread's call failed (shared mode)
+  if (hb_alarm_.load(std::memory_order_acquire)) [[unlikely]] heartbeat_lost();  // a peer stopped answering (heartbeat.hpp)
   if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   if (bell_progress(in_peer)) return;
@@ -104,7 +105,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   // poll does not watch).
   const bool shared = my_lock() != nullptr;
   const int cap_ms = bell_wait ? 1 : shared ? 10 : 1000;
-  if (shared && wake_fd_ >= 0) {
+  if (wake_fd_ >= 0) {  // shared mode: another thread queued sends; always: the heartbeat's alarm
     pfds_.push_back({wake_fd_, POLLIN, 0});
     pidx_.push_back(-1);
   }
@@ -137,7 +138,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
       admit |= pfds_[i].revents != 0;
       continue;
     }
-    if (pidx_[i] < 0) {  // the wake-up eventfd (shared mode): drain it
+    if (pidx_[i] < 0) {  // the wake-up eventfd: drain it
       std::uint64_t v;
       if (pfds_[i].revents & POLLIN) [[maybe_unused]] const auto rd = ::read(wake_fd_, &v, sizeof v);
       continue;
@@ -184,7 +185,8 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   shm_endpoint& own = *bell_owner();  // a doorbell peer implies this rank's segment
   auto& bell = own.bell();
   const std::uint32_t seen = shm::arm(bell, own.light());
-  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire) || broken_.load(std::memory_order_acquire))
+  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire) || broken_.load(std::memory_order_acquire) ||
+      hb_alarm_.load(std::memory_order_acquire))
     return shm::disarm(bell);
   // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
   // check after the timed sleep. Shared mode: at most 10 ms (another thread may queue sends).

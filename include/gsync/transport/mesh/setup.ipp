@@ -100,6 +100,12 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     bootstrap::auth::require_key(key_, !me.is_loopback(), li.allow_unauthenticated, where, log_);  // GSYNC_SOCKET_IFNAME
     listen(me);
     open_recovery_listener(me);
+    // The heartbeat answers from now on (transport/mesh/heartbeat.hpp); it watches the ring once
+    // set-up has ended (below). GSYNC_LIVENESS_S=0 turns it off.
+    if (opt_.liveness_ms > 0 && size_ > 1) {
+      hb_ = std::make_unique<heartbeat>(me, rank_, size_, std::chrono::milliseconds(opt_.liveness_ms), key_, log_);
+      if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // its alarm wakes a wait in poll(2)
+    }
     // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
     // port cannot slip in.
     if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
@@ -107,6 +113,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     // nonce, in one round trip (bootstrap/rank_record.hpp).
     const auto my_ep = acc_.local_endpoint();
     bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id), recovery_port()};
+    if (hb_) mine.heartbeat_port = hb_->port();
     store_->set(bootstrap::rank_record_key(rank_), mine.encode(), dl);
     {
       std::vector<std::string> keys{"gsync/nonce"};
@@ -196,6 +203,10 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
                 (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) +
                                                " us of the machines' time per message" : ""));
     }
+    if (hb_) {
+      const auto& next = records_[static_cast<std::size_t>((rank_ + 1) % size_)];
+      hb_->ring(next.address, next.heartbeat_port, nonce_, [this](const heartbeat::news& n) { on_heartbeat(n); });
+    }
   } catch (const error& raised) {
     // Out of descriptors: say which limit and how to raise it, here and to the others.
     const error e = bootstrap::mentions_out_of_descriptors(raised) ? bootstrap::fd_exhausted(raised.what(), size_)
@@ -257,6 +268,12 @@ inline void host_mesh::check_options(const tcp_options& o) {
 }
 
 inline host_mesh::~host_mesh() {
+  hb_.reset();  // first: its thread reports into this object; its goodbye tells the neighbours this rank left
+  int stopped = 0;  // ranks found silent: they hold their store connections without a word (the linger below)
+  {
+    std::lock_guard lk(hb_m_);
+    stopped = static_cast<int>(hb_silent_.size());
+  }
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (rec_fd_ >= 0) ::close(rec_fd_);
   if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
@@ -264,7 +281,7 @@ inline host_mesh::~host_mesh() {
   for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();
-    server_->linger(std::chrono::steady_clock::now() + store_linger);
+    server_->linger(std::chrono::steady_clock::now() + store_linger, stopped);
   }
 }
 

@@ -103,6 +103,10 @@ inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(std::set<int> de
 // agreement; returns the members decided.
 inline host_mesh::shrink_agreement host_mesh::agree_survivors(deadline dl) {
   std::set<int> dead = dead_;
+  {
+    std::lock_guard lk(hb_m_);  // and those the heartbeat reported (heartbeat.hpp)
+    dead.insert(hb_dead_.begin(), hb_dead_.end());
+  }
   dead.erase(rank_);
   const auto live = liveness();
   std::string tried;

@@ -1,0 +1,172 @@
+#pragma once
+/// \file
+/// `transport::heartbeat`: liveness without a FIN, for the host mesh (transport/mesh/host_mesh.hpp).
+///
+/// A rank that is stopped (SIGSTOP, a debugger), whose host vanished or whose link is cut sends
+/// no FIN: its peers' sockets stay open and a collective waiting on it would wait for its whole
+/// timeout, and a rank idle between operations would never hear of it. So every rank of a mesh
+/// runs one thread of its own that exchanges small beats with its two neighbours on the ring
+/// of ranks (rank r dials r+1 mod N on a listener of its own, and accepts r-1), each over a
+/// connection of its own, authenticated with the job key and tied to the job's nonce:
+///   - a beat every `period` (liveness / 10) both ways on each connection;
+///   - silence from a neighbour for `dead_after` (six tenths of the liveness) means it stopped
+///     answering: the thread reports it (`news::silent`), closes that connection, and sends the
+///     news to its other neighbour, which passes it on: the news goes round the ring both ways
+///     (it is cut where the dead rank was), so every rank hears within milliseconds;
+///   - a neighbour that closes its connection without a goodbye exited or was killed: reported
+///     and passed on the same way, but not as `silent` (the data connections report such a
+///     death in an operation; a rank between operations learns of it here, see `health()`);
+///   - a rank whose mesh is destroyed says goodbye first, and is no longer watched.
+/// The thread does nothing else: it answers while the rank computes, so silence means the
+/// process itself is not running. A peer still in its set-up answers already: the thread starts
+/// with the listener, before the rank's record is published (a predecessor's hello is checked
+/// against the job's nonce once this rank knows it); it dials its successor only when the mesh's
+/// set-up has ended (`ring`). A neighbour not connected yet is not watched, and a successor that
+/// refuses the connection until `dead_after` (at least 2 s) has left already: not a loss.
+/// Strangers on the listener get the handshake's time limit and are dropped.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asio/ip/tcp.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gsync/bootstrap/auth.hpp"
+#include "gsync/core/error.hpp"
+#include "gsync/core/log.hpp"
+#include "gsync/detail/socket.hpp"
+
+namespace gsync::transport {
+
+/// The heartbeat of one rank of a host mesh (see the file comment). Non-templated set-up code.
+class heartbeat {
+ public:
+  /// What the heartbeat learned about a rank; delivered on the heartbeat's thread.
+  struct news {
+    int rank = -1;        ///< the rank concerned
+    bool silent = false;  ///< true: it stopped answering; false: it left without a goodbye
+    std::string why;      ///< one line for the error message
+  };
+  using news_fn = std::function<void(const news&)>;
+
+  /// The wire format, after the job-key handshake of bootstrap/auth.hpp: the dialer sends a
+  /// `hello`, then both sides send messages (a `msg_header`, then `len` bytes of text), in host
+  /// byte order (a job's ranks share one).
+  enum kind : std::uint32_t {
+    beat = 1,         ///< I am alive
+    lost_silent = 2,  ///< `rank` stopped answering (text: why)
+    bye = 3,          ///< this rank leaves: stop watching it
+    lost_exited = 4,  ///< `rank` closed its connection without a goodbye (text: why)
+  };
+  /// Every message's header.
+  struct msg_header {
+    std::uint32_t magic = 0x42485347u;  ///< "GSHB"
+    std::uint32_t k = beat;             ///< a `kind`
+    std::int32_t rank = -1;             ///< lost_*: the rank lost
+    std::uint32_t len = 0;              ///< bytes of text that follow (at most max_text)
+  };
+  /// The dialer's first words after the handshake.
+  struct hello {
+    std::uint32_t magic = 0x4c485347u;  ///< "GSHL"
+    std::uint32_t version = 1;          ///< of this format
+    std::int32_t rank = -1;             ///< the dialer (the acceptor's predecessor on the ring)
+    std::int32_t size = 0;              ///< ranks of the job
+    std::uint64_t nonce = 0;            ///< the job's nonce
+  };
+  static constexpr std::uint32_t max_text = 512;  ///< longest text of a message
+
+  /// Opens the listener on `addr` (a port of its own, close-on-exec) and starts the thread,
+  /// which answers neighbours from now on. `key` (the job's) outlives this object. Throws
+  /// errc::system when no socket or thread can be had.
+  heartbeat(const asio::ip::address& addr, int rank, int size, std::chrono::milliseconds liveness, const bootstrap::auth::job_key& key, logger log);
+  heartbeat(const heartbeat&) = delete;
+  heartbeat& operator=(const heartbeat&) = delete;
+  /// Says goodbye to the neighbours (best effort, without blocking) and joins the thread.
+  ~heartbeat();
+
+  std::uint16_t port() const noexcept { return port_; }  ///< the listener's port, for the rank's record
+
+  /// Set-up has ended: watch the ring of this job. `succ_addr:succ_port` is the successor's
+  /// heartbeat listener (from its record; port 0: it has none, and it is not dialed); `nonce`
+  /// the job's; `on_news` must not block or throw.
+  void ring(const std::string& succ_addr, std::uint16_t succ_port, std::uint64_t nonce, news_fn on_news);
+
+  /// How often a beat goes, and after how long a silence a neighbour counts as stopped.
+  std::chrono::milliseconds period() const noexcept { return period_; }
+  std::chrono::milliseconds dead_after() const noexcept { return dead_after_; }
+
+ private:
+  static constexpr std::size_t max_pending = 16;  // strangers being authenticated at once
+  // One connection: to the successor (dialed), from the predecessor, or one being admitted.
+  struct conn {
+    int fd = -1;
+    enum role_t { dialing, admitting, up } role = admitting;
+    bool outgoing = false;  // dialed by this rank (to the successor)
+    int peer = -1;          // the neighbour, once known
+    int step = 0;           // handshake progress (see drive_*)
+    std::unique_ptr<bootstrap::auth::server_handshake> hs;
+    bootstrap::auth::nonce nc{};
+    std::uint64_t nonce = 0;  // the job nonce its hello named (checked once ring() gave this rank's)
+    std::string in, out;
+    std::chrono::steady_clock::time_point heard{}, until{};
+  };
+
+  void run() noexcept;
+  void loop();
+  void dial(std::chrono::steady_clock::time_point now);
+  void accept_some(std::chrono::steady_clock::time_point now);
+  bool drive(conn& c, std::chrono::steady_clock::time_point now);  // false: drop it
+  bool drive_dialer(conn& c);
+  bool drive_admitter(conn& c);
+  bool read_messages(conn& c, std::chrono::steady_clock::time_point now);
+  bool flush(conn& c);
+  void send(conn& c, kind k, int rank = -1, const std::string& text = {});
+  void learn(int rank, bool silent, const std::string& why, const conn* from);
+  void close_conn(conn& c) noexcept;
+  std::string neighbour(const conn& c) const;
+
+  int rank_, size_;
+  logger log_;
+  std::chrono::milliseconds period_, dead_after_;
+  int listen_fd_ = -1, wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+  std::mutex m_;  // ring_ and what ring() hands over
+  bool ring_ = false;
+  std::string succ_addr_;
+  std::uint16_t succ_port_ = 0;
+  std::uint64_t nonce_ = 0;
+  const bootstrap::auth::job_key* key_;
+  news_fn on_news_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> bye_{true};  // say goodbye when stopping (not when the owner unwinds from an error)
+  // Thread-owned from here.
+  std::vector<conn> conns_;
+  bool ringing_ = false;                                 // ring() was called (as seen by the thread)
+  bool dialed_ = false;                                  // the successor's connection was made once
+  std::chrono::steady_clock::time_point next_dial_{};    // a refused dial is retried then
+  std::chrono::steady_clock::time_point dial_give_up_{};  // and not after then
+  std::chrono::steady_clock::time_point next_beat_{};
+  std::set<int> known_;  // ranks whose loss this rank has heard of (reported once, passed on once)
+};
+
+}  // namespace gsync::transport
+
+#include "gsync/transport/mesh/heartbeat.ipp"  // the member functions

@@ -1,0 +1,333 @@
+// Liveness without a FIN (transport/mesh/heartbeat.hpp): one rank's heartbeat against neighbours
+// played by this file over raw sockets (a neighbour that stops beating, says goodbye, vanishes,
+// lies about who it is, or passes on a loss), and whole worlds of TCP and shared-memory ranks
+// that must not report anyone while they sit idle, and report through health() what they learn.
+// Stopped processes (SIGSTOP) and cut links: tests/mp_kill_points.sh and tests/netcluster_test.sh.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <gsync/transport/mesh/heartbeat.hpp>
+
+#include "support/world.hpp"
+
+using namespace std::chrono_literals;
+namespace auth = gsync::bootstrap::auth;
+using gsync::transport::heartbeat;
+
+namespace {
+
+// What a heartbeat reported, waited for with a bound.
+struct news_box {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<heartbeat::news> got;
+  std::vector<std::chrono::steady_clock::time_point> when;
+  heartbeat::news_fn fn() {
+    return [this](const heartbeat::news& n) {
+      std::lock_guard lk(m);
+      got.push_back(n);
+      when.push_back(std::chrono::steady_clock::now());
+      cv.notify_all();
+    };
+  }
+  // True when at least `k` reports came within `t`.
+  bool wait(std::size_t k, std::chrono::milliseconds t) {
+    std::unique_lock lk(m);
+    return cv.wait_for(lk, t, [&] { return got.size() >= k; });
+  }
+  std::size_t size() {
+    std::lock_guard lk(m);
+    return got.size();
+  }
+};
+
+// A neighbour played by hand: a connection to a heartbeat's listener (or accepted from it).
+struct peer {
+  int fd = -1;
+  ~peer() {
+    if (fd >= 0) ::close(fd);
+  }
+  void dial(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    gsync::detail::set_nonblocking(fd);
+  }
+  void handshake(const auth::job_key& k) { auth::client_handshake(fd, k, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
+  void hello(int rank, int size, std::uint64_t nonce) {
+    heartbeat::hello h;
+    h.rank = rank;
+    h.size = size;
+    h.nonce = nonce;
+    write(&h, sizeof h);
+  }
+  void msg(std::uint32_t k, int rank = -1, const std::string& text = {}) {
+    heartbeat::msg_header h;
+    h.k = k;
+    h.rank = rank;
+    h.len = static_cast<std::uint32_t>(text.size());
+    std::string b(reinterpret_cast<const char*>(&h), sizeof h);
+    b += text;
+    write(b.data(), b.size());
+  }
+  void write(const void* p, std::size_t n) { gsync::detail::write_all(fd, p, n, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
+  // Reads messages until one of kind `k` comes (true) or the connection closes or 5 s pass.
+  bool read_until(std::uint32_t k, int rank, std::string* text = nullptr) {
+    std::string in;
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (!gsync::detail::wait_fd(fd, POLLIN, until)) return false;
+      char b[4096];
+      const ssize_t r = ::recv(fd, b, sizeof b, 0);
+      if (r <= 0) return false;
+      in.append(b, static_cast<std::size_t>(r));
+      while (in.size() >= sizeof(heartbeat::msg_header)) {
+        heartbeat::msg_header h;
+        std::memcpy(&h, in.data(), sizeof h);
+        if (in.size() < sizeof h + h.len) break;
+        if (h.k == k && h.rank == rank) {
+          if (text) *text = in.substr(sizeof h, h.len);
+          return true;
+        }
+        in.erase(0, sizeof h + h.len);
+      }
+    }
+    return false;
+  }
+  // True when the heartbeat closed this connection within 5 s (whatever it sent before).
+  bool closed_by_other_side() {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    char b[4096];
+    while (gsync::detail::wait_fd(fd, POLLIN, until)) {
+      const ssize_t r = ::recv(fd, b, sizeof b, 0);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return true;
+    }
+    return false;
+  }
+};
+
+const asio::ip::address loopback = asio::ip::make_address("127.0.0.1");
+const auth::job_key no_key;  // loopback: the handshake runs, keyed or not
+
+}  // namespace
+
+TEST_CASE("heartbeat: a neighbour that stops beating is reported silent, not before dead_after of silence") {
+  heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
+  news_box box;
+  hb.ring("127.0.0.1", 0, 77, box.fn());  // the successor is this file's: not dialed
+  peer p;
+  p.dial(hb.port());
+  p.handshake(no_key);
+  p.hello(1, 2, 77);
+  std::chrono::steady_clock::time_point last{};
+  for (int i = 0; i < 8; ++i) {  // beating as a live rank does, for longer than dead_after
+    last = std::chrono::steady_clock::now();  // before the beat: the heartbeat can only hear it after this
+    p.msg(heartbeat::beat);
+    std::this_thread::sleep_for(hb.period());
+  }
+  CHECK(box.size() == 0);  // beating: not reported
+  REQUIRE(box.wait(1, 10s));  // then silent, the connection still open
+  CHECK(box.got[0].rank == 1);
+  CHECK(box.got[0].silent);
+  CHECK(box.got[0].why.find("rank 1 stopped answering") != std::string::npos);
+  CHECK(box.when[0] - last >= hb.dead_after());
+  CHECK(p.closed_by_other_side());  // and no longer watched
+}
+
+TEST_CASE("heartbeat: a goodbye is not a loss, a close without one is (not as silent), and both stop the watch") {
+  heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
+  news_box box;
+  hb.ring("127.0.0.1", 0, 5, box.fn());
+  {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(1, 2, 5);
+    p.msg(heartbeat::beat);
+    p.msg(heartbeat::bye);
+    CHECK(p.closed_by_other_side());
+  }
+  CHECK_FALSE(box.wait(1, 3 * hb.dead_after()));  // gone with a goodbye: nothing to report, ever
+  {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(1, 2, 5);
+    p.msg(heartbeat::beat);
+    std::this_thread::sleep_for(hb.period());
+  }  // closed without a goodbye (exited, or killed)
+  REQUIRE(box.wait(1, 10s));
+  CHECK(box.got[0].rank == 1);
+  CHECK_FALSE(box.got[0].silent);
+  CHECK(box.got[0].why.find("without a goodbye") != std::string::npos);
+}
+
+TEST_CASE("heartbeat: a hello from another job, another rank or of garbage is dropped unreported") {
+  heartbeat hb(loopback, 1, 3, 1000ms, no_key, gsync::logger(0));
+  news_box box;
+  hb.ring("127.0.0.1", 0, 1234, box.fn());
+  SUBCASE("another job's nonce") {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(0, 3, 999);
+    CHECK(p.closed_by_other_side());
+  }
+  SUBCASE("not the predecessor") {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(2, 3, 1234);
+    CHECK(p.closed_by_other_side());
+  }
+  SUBCASE("another world size") {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(0, 4, 1234);
+    CHECK(p.closed_by_other_side());
+  }
+  SUBCASE("garbage instead of the handshake") {
+    peer p;
+    p.dial(hb.port());
+    const std::string junk(300, 'x');
+    p.write(junk.data(), junk.size());
+    CHECK(p.closed_by_other_side());
+  }
+  SUBCASE("garbage after a good hello") {
+    peer p;
+    p.dial(hb.port());
+    p.handshake(no_key);
+    p.hello(0, 3, 1234);
+    const std::string junk(64, '\x7f');
+    p.write(junk.data(), junk.size());
+    CHECK(p.closed_by_other_side());
+    // The predecessor's connection broke on garbage: a protocol error, not a loss to report.
+  }
+  SUBCASE("silent stranger") {
+    peer p;
+    p.dial(hb.port());  // says nothing: dropped after the handshake's limit
+    CHECK(p.closed_by_other_side());
+  }
+  CHECK(box.size() == 0);
+}
+
+TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passed on to the other") {
+  // This heartbeat is rank 1 of 4: rank 0 (played here) dials it; it dials rank 2 (played here).
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(lfd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 4) == 0);
+  REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  heartbeat hb(loopback, 1, 4, 2000ms, no_key, gsync::logger(0));
+  news_box box;
+  hb.ring("127.0.0.1", ntohs(a.sin_port), 42, box.fn());
+  peer succ;
+  succ.fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  ::close(lfd);
+  REQUIRE(succ.fd >= 0);
+  std::string why;
+  REQUIRE(auth::accept_handshake(succ.fd, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why));
+  heartbeat::hello h;
+  gsync::detail::read_all(succ.fd, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
+  CHECK(h.rank == 1);
+  CHECK(h.size == 4);
+  CHECK(h.nonce == 42u);
+  gsync::detail::set_nonblocking(succ.fd);
+  CHECK(succ.read_until(heartbeat::beat, -1));  // it beats to its successor
+
+  peer pred;
+  pred.dial(hb.port());
+  pred.handshake(no_key);
+  pred.hello(0, 4, 42);
+  pred.msg(heartbeat::lost_silent, 3, "rank 3 stopped answering (seen by rank 0)");
+  pred.msg(heartbeat::lost_silent, 3, "rank 3 stopped answering, again");  // heard twice: reported once
+  std::string text;
+  REQUIRE(succ.read_until(heartbeat::lost_silent, 3, &text));
+  CHECK(text == "rank 3 stopped answering (seen by rank 0)");
+  REQUIRE(box.wait(1, 5s));
+  CHECK(box.got[0].rank == 3);
+  CHECK(box.got[0].silent);
+  pred.msg(heartbeat::lost_silent, 9, "no such rank");  // out of range: ignored
+  pred.msg(heartbeat::beat);
+  CHECK_FALSE(box.wait(2, hb.period() * 3));
+}
+
+TEST_CASE("heartbeat: idle worlds report nobody, and health() stays ok, for several liveness periods") {
+  gsync::config cfg;
+  cfg.transport.liveness_ms = 500;
+  for (bool shm : {false, true}) {
+    CAPTURE(shm);
+    auto body = [&](gsync::tcp_communicator& comm, gsync_test::world_sync&) {
+      std::vector<float> v(100, 1.0f);
+      gsync::allreduce(comm, std::span<float>{v});
+      // Longer than dead_after several times over: the heartbeat must keep everyone alive.
+      std::this_thread::sleep_for(1500ms);
+      const gsync::health_report h = comm.health();
+      CHECK_MESSAGE(h.ok(), h.message);
+      gsync::allreduce(comm, std::span<float>{v});
+      CHECK(v[0] == static_cast<float>(comm.size() * comm.size()));
+    };
+    if (shm) gsync_test::run_shm(3, body, cfg);
+    else gsync_test::run_tcp(3, body, cfg);
+  }
+}
+
+TEST_CASE("heartbeat: health() reports a rank that left without a goodbye, and the next operation that needs it fails") {
+  gsync::config cfg;
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  const int n = 3, victim = 2;
+  std::vector<std::string> err(n);
+  std::vector<std::thread> th;
+  struct died : std::exception {};
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "host-" + std::to_string(r)), cfg);
+        std::vector<float> v(100, 1.0f);
+        gsync::allreduce(comm, std::span<float>{v});
+        if (r == victim) {
+          try {
+            auto gone = std::move(comm);
+            throw died{};  // dropped while this unwinds: no goodbye, as a killed process
+          } catch (const died&) {
+          }
+          return;
+        }
+        gsync::health_report h;
+        for (int i = 0; i < 500 && (h = comm.health()); ++i) std::this_thread::sleep_for(10ms);  // between operations
+        CHECK(h.kind == gsync::errc::peer_lost);
+        CHECK(h.lost_rank == victim);
+        CHECK(h.message.find("rank 2") != std::string::npos);
+        try {
+          gsync::allreduce(comm, std::span<float>{v});
+          err[r] = "an allreduce without rank 2 returned";
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) err[r] = e.what();
+        }
+        CHECK_FALSE(comm.health().ok());
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; ++r) CHECK_MESSAGE(err[r].empty(), "rank ", r, ": ", err[r]);
+}
