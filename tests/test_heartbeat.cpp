@@ -48,6 +48,14 @@ struct news_box {
     std::lock_guard lk(m);
     return got.size();
   }
+  heartbeat::news at(std::size_t i) {  // a copy: the heartbeat's thread may still add to the list
+    std::lock_guard lk(m);
+    return got.at(i);
+  }
+  std::chrono::steady_clock::time_point when_at(std::size_t i) {
+    std::lock_guard lk(m);
+    return when.at(i);
+  }
 };
 
 // A neighbour played by hand: a connection to a heartbeat's listener (or accepted from it).
@@ -125,8 +133,8 @@ const auth::job_key no_key;  // loopback: the handshake runs, keyed or not
 }  // namespace
 
 TEST_CASE("heartbeat: a neighbour that stops beating is reported silent, not before dead_after of silence") {
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
-  news_box box;
   hb.ring("127.0.0.1", 0, 77, box.fn());  // the successor is this file's: not dialed
   peer p;
   p.dial(hb.port());
@@ -140,16 +148,16 @@ TEST_CASE("heartbeat: a neighbour that stops beating is reported silent, not bef
   }
   CHECK(box.size() == 0);  // beating: not reported
   REQUIRE(box.wait(1, 10s));  // then silent, the connection still open
-  CHECK(box.got[0].rank == 1);
-  CHECK(box.got[0].silent);
-  CHECK(box.got[0].why.find("rank 1 stopped answering") != std::string::npos);
-  CHECK(box.when[0] - last >= hb.dead_after());
+  CHECK(box.at(0).rank == 1);
+  CHECK(box.at(0).silent);
+  CHECK(box.at(0).why.find("rank 1 stopped answering") != std::string::npos);
+  CHECK(box.when_at(0) - last >= hb.dead_after());
   CHECK(p.closed_by_other_side());  // and no longer watched
 }
 
 TEST_CASE("heartbeat: a goodbye is not a loss, a close without one is (not as silent), and both stop the watch") {
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
-  news_box box;
   hb.ring("127.0.0.1", 0, 5, box.fn());
   {
     peer p;
@@ -170,14 +178,14 @@ TEST_CASE("heartbeat: a goodbye is not a loss, a close without one is (not as si
     std::this_thread::sleep_for(hb.period());
   }  // closed without a goodbye (exited, or killed)
   REQUIRE(box.wait(1, 10s));
-  CHECK(box.got[0].rank == 1);
-  CHECK_FALSE(box.got[0].silent);
-  CHECK(box.got[0].why.find("without a goodbye") != std::string::npos);
+  CHECK(box.at(0).rank == 1);
+  CHECK_FALSE(box.at(0).silent);
+  CHECK(box.at(0).why.find("without a goodbye") != std::string::npos);
 }
 
 TEST_CASE("heartbeat: a hello from another job, another rank or of garbage is dropped unreported") {
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   heartbeat hb(loopback, 1, 3, 1000ms, no_key, gsync::logger(0));
-  news_box box;
   hb.ring("127.0.0.1", 0, 1234, box.fn());
   SUBCASE("another job's nonce") {
     peer p;
@@ -236,17 +244,25 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   REQUIRE(::listen(lfd, 4) == 0);
   REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   heartbeat hb(loopback, 1, 4, 2000ms, no_key, gsync::logger(0));
-  news_box box;
-  hb.ring("127.0.0.1", ntohs(a.sin_port), 42, box.fn());
+  // ring() returns once its connection to the successor is up: the successor (played here)
+  // answers from another thread meanwhile.
   peer succ;
-  succ.fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  std::string why;
+  bool shook = false;
+  heartbeat::hello h;
+  std::thread successor([&] {
+    succ.fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (succ.fd < 0) return;
+    shook = auth::accept_handshake(succ.fd, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why);
+    if (shook) gsync::detail::read_all(succ.fd, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
+  });
+  hb.ring("127.0.0.1", ntohs(a.sin_port), 42, box.fn());
+  successor.join();
   ::close(lfd);
   REQUIRE(succ.fd >= 0);
-  std::string why;
-  REQUIRE(auth::accept_handshake(succ.fd, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why));
-  heartbeat::hello h;
-  gsync::detail::read_all(succ.fd, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
+  REQUIRE_MESSAGE(shook, why);
   CHECK(h.rank == 1);
   CHECK(h.size == 4);
   CHECK(h.nonce == 42u);
@@ -263,8 +279,8 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   REQUIRE(succ.read_until(heartbeat::lost_silent, 3, &text));
   CHECK(text == "rank 3 stopped answering (seen by rank 0)");
   REQUIRE(box.wait(1, 5s));
-  CHECK(box.got[0].rank == 3);
-  CHECK(box.got[0].silent);
+  CHECK(box.at(0).rank == 3);
+  CHECK(box.at(0).silent);
   pred.msg(heartbeat::lost_silent, 9, "no such rank");  // out of range: ignored
   pred.msg(heartbeat::beat);
   CHECK_FALSE(box.wait(2, hb.period() * 3));

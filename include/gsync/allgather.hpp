@@ -150,4 +150,4 @@ request allgather_async(communicator<X>& comm, device_span<const std::type_ident
 
 #include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)
 #include "gsync/split.hpp"            // defines communicator::split (needs the host allgather)
-#include "gsync/shrink.hpp"           // defines communicator::shrink
+#include "gsync/recovery.hpp"         // defines communicator::shrink and health

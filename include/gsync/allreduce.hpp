@@ -223,4 +223,4 @@ GSYNC_COMPILED_ALLREDUCE(GSYNC_EXTERN_ALLREDUCE_RUN)
 
 #include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)
 #include "gsync/split.hpp"            // defines communicator::split (needs the host allgather)
-#include "gsync/shrink.hpp"           // defines communicator::shrink
+#include "gsync/recovery.hpp"         // defines communicator::shrink and health

@@ -17,5 +17,5 @@
 #include "gsync/reduce_scatter.hpp"
 #include "gsync/send_recv.hpp"
 #include "gsync/split.hpp"
-#include "gsync/shrink.hpp"
+#include "gsync/recovery.hpp"
 #include "gsync/version.hpp"

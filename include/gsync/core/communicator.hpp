@@ -216,7 +216,7 @@ class communicator {
   /// numbered in their old order, with this one's settings: collective over the survivors, each
   /// of which calls it (this one stays broken). The survivors agree on who they are, also when
   /// rank 0 is the one lost; a rank that fails meanwhile is left out, and a rank the others have
-  /// given up fails with peer_lost. Defined in gsync/shrink.hpp (included by every collective's header).
+  /// given up fails with peer_lost. Defined in gsync/recovery.hpp (included by every collective's header).
   /// \code
   ///   try { gsync::allreduce(comm, grad); }
   ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }
@@ -228,29 +228,9 @@ class communicator {
   /// peers; callable from any thread. Not `ok()` once an operation failed, after `abort()`, or
   /// when the transport's liveness checks found a peer stopped, vanished or exited meanwhile
   /// (the TCP / shared-memory transport: within GSYNC_LIVENESS_S, also between operations;
-  /// core/health.hpp). The next operation then fails with that kind and words.
-  health_report health() const noexcept {
-    health_report h;
-    try {
-      if (aborted()) {
-        h.kind = errc::aborted;
-        h.message = "communicator aborted";
-      } else if (engine_ && engine_->broken()) {
-        const error e = engine_->shared()->broken_error();
-        h.kind = e.kind();
-        h.message = e.what();
-      }
-      if constexpr (health_reporting_transport<X>) {
-        if (x_ && (h.ok() || h.kind == errc::aborted)) {  // the transport knows the aborted rank's words and a lost rank's number
-          health_report t = x_->health();
-          if (!t.ok()) h = std::move(t);
-        }
-      }
-    } catch (...) {  // out of memory for a message: the kind is what matters
-      if (h.ok()) h.kind = errc::system;
-    }
-    return h;
-  }
+  /// core/health.hpp). The next operation then fails with that kind and words. Defined in
+  /// gsync/recovery.hpp (included by every collective's header).
+  health_report health() const noexcept;
 
   /// Deadline length of every blocking wait.
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }

@@ -237,6 +237,10 @@ inline transport::tcp_options tcp_options_from_env(transport::tcp_options o = {}
   if (const double g = env_positive("GSYNC_NET_GBPS")) o.net_gbps = g;
   if (const double l = env_positive("GSYNC_NET_LATENCY_US")) o.net_latency_us = l;
   if (auto i = env("GSYNC_SOCKET_IFNAME")) o.socket_ifname = *i;
+  if (auto v = env("GSYNC_CHECKSUM")) {
+    if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_CHECKSUM='" + *v + "' must be 0 (off, the default) or 1 (a CRC32C over every payload)");
+    o.checksum = *v == "1";
+  }
   if (auto l = env("GSYNC_LIVENESS_S")) {
     if (*l == "0") o.liveness_ms = 0;
     else if (auto x = parse_positive(*l); x && *x >= 1 && *x <= 86400) o.liveness_ms = static_cast<int>(*x * 1000);

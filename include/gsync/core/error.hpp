@@ -24,6 +24,7 @@ enum class errc : int {
   system = 7,            ///< an operating-system call failed (see the message for errno text)
   non_finite = 8,        ///< gradients held NaN or Inf (raised on every rank alike; the data is intact)
   cuda = 9,              ///< a CUDA call failed (the message names the call and CUDA's error)
+  corrupted = 10,        ///< a payload failed its checksum (GSYNC_CHECKSUM): the link between two ranks altered it
 };
 
 namespace detail {
@@ -41,6 +42,7 @@ class error_category_impl final : public std::error_category {
       case errc::system: return "system error";
       case errc::non_finite: return "non-finite values";
       case errc::cuda: return "CUDA error";
+      case errc::corrupted: return "corrupted data";
     }
     return "unknown gsync error";
   }

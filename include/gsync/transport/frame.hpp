@@ -36,6 +36,10 @@ static_assert(sizeof(frame_header) == 48);
 /// caused the failure (0: none), `bytes` the length of the message text that follows (at most
 /// `max_notice_bytes`).
 inline constexpr std::uint32_t notice_magic = 0x58595347u;
+/// Magic of a checksum frame ("GSYK"), sent after every data frame when GSYNC_CHECKSUM is on: no
+/// payload; `tag`, `seq` and `fp` as the data frame's except `fp.count`, which holds the CRC32C of
+/// the data frame's payload (detail/crc32c.hpp).
+inline constexpr std::uint32_t check_magic = 0x4b595347u;
 /// Longest failure-notice text.
 inline constexpr std::size_t max_notice_bytes = 4000;
 
@@ -86,7 +90,10 @@ inline void check_header(const frame_header& h, message_id want, std::size_t wan
   const std::string me = "rank " + std::to_string(self), them = "rank " + std::to_string(peer);
   std::string m;
   const std::string in = want.fp.comm ? " in " + comm_label(want.fp.comm) : std::string();
-  if (h.magic != frame_magic) {
+  if (h.magic == check_magic) {
+    m = me + " expected from " + them + " a message of " + describe_message(want.tag, want.seq, want.fp) + " but received a checksum frame: " +
+        them + " runs with GSYNC_CHECKSUM=1 and this rank without (set it alike on every rank)";
+  } else if (h.magic != frame_magic) {
     m = me + " expected from " + them + " a message of " + describe_message(want.tag, want.seq, want.fp) +
         " but received bytes that are not a gsync frame (bad magic)";
   } else if (h.tag != want.tag || h.seq != want.seq || !(h.fp == want.fp)) {

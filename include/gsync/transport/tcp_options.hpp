@@ -62,10 +62,15 @@ struct tcp_options {
   double net_gbps = 0;
   /// Cost of one message between hosts in microseconds (GSYNC_NET_LATENCY_US); 0: measured or assumed.
   double net_latency_us = 0;
-  /// Milliseconds after which a connection whose peer stopped answering (a vanished host, a
-  /// partition) fails without waiting for a FIN: TCP keepalive on idle connections and
-  /// TCP_USER_TIMEOUT on unacknowledged data (GSYNC_LIVENESS_S, default 10 s; 0: the kernel's).
+  /// Milliseconds within which a rank that stopped answering (stopped, hung, its host gone, a
+  /// partition) is reported lost on every rank, in an operation or between them: the heartbeat
+  /// (transport/mesh/heartbeat.hpp), TCP keepalive on idle connections and TCP_USER_TIMEOUT on
+  /// unacknowledged data (GSYNC_LIVENESS_S, default 10 s; 0: no heartbeat, the kernel's settings).
   int liveness_ms = 10000;
+  /// A CRC32C over every message's payload, checked by the receiver (GSYNC_CHECKSUM=1): a payload
+  /// altered between two ranks fails with `errc::corrupted` naming the link. Costs a pass over
+  /// the data on each side (benchmarks/results/reliability.md). Must be alike on every rank.
+  bool checksum = false;
   /// Network interface whose address this rank listens on and advertises (GSYNC_SOCKET_IFNAME);
   /// empty: the address of the route to the store (bootstrap/interface.hpp).
   std::string socket_ifname;

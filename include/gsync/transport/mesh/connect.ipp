@@ -90,8 +90,7 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
 // The dialing rank's hello, checked: true when it names a rank of this job above this one that
 // has no connection yet.
 inline bool host_mesh::good_hello(const hello& h) const {
-  return h.magic == hello{}.magic && h.version == 1 && h.size == size_ && h.nonce == nonce_ && h.rank > rank_ && h.rank < size_ &&
-         !peers_[static_cast<std::size_t>(h.rank)].tcp().connected();
+  return records::hello_ok(h, rank_, size_, nonce_) && !peers_[static_cast<std::size_t>(h.rank)].tcp().connected();
 }
 
 // Runs the accepting side of a new connection at start-up: the job-key handshake and the hello, a

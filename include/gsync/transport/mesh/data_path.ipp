@@ -21,13 +21,23 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   if (unconnected(peer) && peer < rank_) dial(peer, std::chrono::steady_clock::now() + dial_timeout_, /*at_start=*/false);
   const frame_header h = make_header(id, n);
   with_link(peer, [&]<class L>(L& l) {
-    // Nothing queued before it: a link that can take the whole frame now (a ring with room)
-    // does, without a trip through the queue.
-    if (l.post_direct(h, src, n)) return;
-    l.post(h, src, n);
-    ++queued_;
-    if constexpr (link_traits<L>::wait == link_wait::doorbell) ++bell_queued_;
-    if (l.q.size() == 1) pump_link(peer, l);
+    const auto post = [&](const frame_header& fh, const std::byte* p, std::size_t k) {
+      // Nothing queued before it: a link that can take the whole frame now (a ring with room)
+      // does, without a trip through the queue.
+      if (l.post_direct(fh, p, k)) return;
+      l.post(fh, p, k);
+      ++queued_;
+      if constexpr (link_traits<L>::wait == link_wait::doorbell) ++bell_queued_;
+      if (l.q.size() == 1) pump_link(peer, l);
+    };
+    post(h, src, n);
+    if (opt_.checksum) [[unlikely]] {  // GSYNC_CHECKSUM: the payload's CRC32C follows in a frame of its own
+      frame_header ck = h;
+      ck.magic = check_magic;
+      ck.bytes = 0;
+      ck.fp.count = detail::crc32c(0, src, n);
+      post(ck, nullptr, 0);
+    }
     // Shared mode: a thread blocked in poll(2) does not watch this socket yet; wake it.
     if constexpr (link_traits<L>::wait == link_wait::descriptor)
       if (pollers_ > 0 && !l.q.empty() && wake_fd_ >= 0) {
@@ -56,6 +66,7 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
     const std::size_t got = take_header(peer, l, h, dst, g.locked() ? 0 : n, dl, id);  // payload bytes that came with it
     check(h, id, n, peer, dst, got);
     take_payload(peer, l, dst + got, n - got, 1, nullptr, dl, id);
+    if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, detail::crc32c(0, dst, n), dl, id);
   });
 }
 
@@ -80,6 +91,14 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
     claim.m = this, claim.peer = peer;
     use = outside;
   }
+  // GSYNC_CHECKSUM: the CRC32C of the pieces as the reduction takes them (while they are in cache).
+  std::uint32_t crc = 0;
+  const detail::function_ref<void(std::span<const std::byte>)> unsummed = use;
+  auto summed = [&](std::span<const std::byte> piece) {
+    crc = detail::crc32c(crc, piece.data(), piece.size());
+    unsummed(piece);
+  };
+  if (opt_.checksum) [[unlikely]] use = summed;
   if (unconnected(peer)) ensure_connected(peer, dl, id);
   with_link(peer, [&]<class L>(L& l) {
     if constexpr (link_traits<L>::reads_in_place) {
@@ -88,8 +107,10 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
       check(h, id, n, peer, nullptr, 0);
       if (link_traits<L>::payload_align % align != 0) align = 1;  // pieces must not straddle the link's wrap
       take_payload(peer, l, nullptr, n, align, &use, dl, id);
+      if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
     } else {
-      recv_staged(peer, l, id, n, align, use, dl, staging ? staging : staging_.get());
+      const frame_header h = recv_staged(peer, l, id, n, align, use, dl, staging ? staging : staging_.get());
+      if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
     }
   });
 }
@@ -176,6 +197,7 @@ inline void host_mesh::set_aside(int peer, L& l, const frame_header& h, const st
   stashed s{h, std::vector<std::byte>(static_cast<std::size_t>(h.bytes))};
   if (got) std::memcpy(s.data.data(), got_bytes, got);
   take_payload(peer, l, s.data.data() + got, s.data.size() - got, 1, nullptr, dl, id);
+  if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, detail::crc32c(0, s.data.data(), s.data.size()), dl, id);
   peers_[static_cast<std::size_t>(peer)].inbox.push_back(std::move(s));
   cv_.notify_all();
 }

@@ -59,7 +59,7 @@ inline std::optional<std::chrono::steady_clock::time_point> host_mesh::stall_che
   if (stall_.stage == 0 && waited >= publish_at) {
     stall_.stage = 1;
     try {
-      store_->set("gsync/stall/" + std::to_string(rank_), stall_record(id), now + std::chrono::seconds(2));
+      store_->set("gsync/stall/" + std::to_string(rank_), records::stall_record(id), now + std::chrono::seconds(2));
     } catch (const error&) {
     }
   }
@@ -105,32 +105,6 @@ inline void host_mesh::withdraw_stall_record() noexcept {
   }
 }
 
-// A stall record: "SEQ TAG FP" (FP: the fingerprint's 16 bytes in hex), so that a peer can tell
-// which call this rank waits in; readers take the leading number as the operation number.
-inline std::string host_mesh::stall_record(message_id id) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string r = std::to_string(id.seq) + " " + std::to_string(id.tag) + " ";
-  unsigned char b[sizeof(fingerprint)];
-  std::memcpy(b, &id.fp, sizeof b);
-  for (unsigned char c : b) r += hex[c >> 4], r += hex[c & 15];
-  return r;
-}
-
-// Parses a stall record ("SEQ TAG FPHEX"); false when it is "0" (withdrawn) or malformed.
-inline bool host_mesh::parse_stall_record(const std::string& r, std::uint64_t& seq, std::uint32_t& tag, fingerprint& fp) {
-  std::istringstream in(r);
-  std::string fph;
-  if (!(in >> seq >> tag >> fph) || fph.size() != 2 * sizeof(fingerprint)) return false;
-  unsigned char b[sizeof(fingerprint)];
-  for (std::size_t i = 0; i < sizeof b; ++i) {
-    unsigned v = 0;
-    if (std::sscanf(fph.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    b[i] = static_cast<unsigned char>(v);
-  }
-  std::memcpy(&fp, b, sizeof fp);
-  return true;
-}
-
 // The other side of a collective mismatch that the store shows: a peer (`only`, else any) whose
 // stall record names the same operation number of the same communicator as `id` but another
 // call. Collectives only (point-to-point messages are numbered per pair). Best effort: nullopt
@@ -145,7 +119,7 @@ inline std::optional<std::string> host_mesh::other_call(message_id id, deadline 
       std::uint64_t seq = 0;
       std::uint32_t tag = 0;
       fingerprint fp;
-      if (!parse_stall_record(store_->get(key, sdl), seq, tag, fp) || seq != id.seq || tag >= 0x80000000u) continue;
+      if (!records::parse_stall_record(store_->get(key, sdl), seq, tag, fp) || seq != id.seq || tag >= 0x80000000u) continue;
       // A peer waiting in another communicator's operation of the same number is no mismatch.
       if (fp.comm != id.fp.comm) continue;
       if (tag == id.tag && fp == id.fp) continue;
@@ -169,7 +143,7 @@ inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
       std::uint64_t at = 0;
       std::uint32_t tag = 0;
       fingerprint fp;
-      if (store_->check(key, sdl) && !parse_stall_record(store_->get(key, sdl), at, tag, fp)) at = 0;
+      if (store_->check(key, sdl) && !records::parse_stall_record(store_->get(key, sdl), at, tag, fp)) at = 0;
       if (at != 0 && fp.comm != 0)
         behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (waiting in " + describe_message(tag, at, fp) + " of " + comm_label(fp.comm) + ")";
       else if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";

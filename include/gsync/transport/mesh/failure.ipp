@@ -128,7 +128,8 @@ inline health_report host_mesh::health() const noexcept {
 // `peer` failed and said why in a notice frame (see send_notices): fail with its kind if it is
 // a mismatch or an abort (so every rank reports what actually went wrong), else peer_lost.
 [[noreturn]] inline void host_mesh::on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
-  const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(h.bytes, max_notice_bytes));
+  const records::notice nt = records::decode_notice(h, size_);
+  const std::size_t len = nt.text_bytes;
   std::string why(len, '\0');
   std::size_t at = std::min(got, len);
   if (at) std::memcpy(why.data(), have, at);
@@ -141,11 +142,11 @@ inline health_report host_mesh::health() const noexcept {
   }
   const std::string pre = "rank " + std::to_string(peer) + " reported: ";
   if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
-  const auto k = static_cast<errc>(h.tag);
-  if (k == errc::mismatch || k == errc::aborted)
+  const errc k = nt.kind;
+  if (k == errc::mismatch || k == errc::aborted || k == errc::corrupted)
     fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
   // The rank the notifier lost first, when it knew one (the notifier itself is alive: it wrote).
-  const int first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size_) ? static_cast<int>(h.seq) - 1 : -1;
+  const int first = nt.first;
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
                             (first >= 0 && first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
                             (id.seq ? " during op #" + std::to_string(id.seq) : std::string()) + ": " + why, first);
@@ -254,13 +255,13 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
       const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (store_->check(failed_key(peer), d)) {
         const std::string rec = store_->get(failed_key(peer), d);
-        const auto sp = rec.find(' ');
-        const int k = sp == std::string::npos ? 0 : std::atoi(rec.substr(0, sp).c_str());
-        std::string why = rec.substr(sp + 1);
+        const auto parsed = records::parse_failure_record(rec);
+        const errc k = parsed ? parsed->kind : errc::system;
+        std::string why = parsed ? parsed->why : rec;
         const std::string pre = "rank " + std::to_string(peer) + " reported: ";
         if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
-        if (k == static_cast<int>(errc::mismatch) || k == static_cast<int>(errc::aborted))
-          fail(static_cast<errc>(k), "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+        if (k == errc::mismatch || k == errc::aborted || k == errc::corrupted)
+          fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
         fail(errc::peer_lost, msg + "; it had failed: " + why, culprit);
       }
       // No failure record: the peer did not fail (a failing rank records why before its

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -91,6 +92,18 @@ class heartbeat {
     std::uint64_t nonce = 0;            ///< the job's nonce
   };
   static constexpr std::uint32_t max_text = 512;  ///< longest text of a message
+  /// Takes the first whole message off `in` into `h` and `text`: 1 when it did, 0 when `in` holds
+  /// no whole message yet, -1 when `in` starts with something that is not a message (bad magic,
+  /// text too long): the connection is then dropped.
+  static int take_message(std::string& in, msg_header& h, std::string& text) {
+    if (in.size() < sizeof(msg_header)) return 0;
+    std::memcpy(&h, in.data(), sizeof h);
+    if (h.magic != msg_header{}.magic || h.len > max_text) return -1;
+    if (in.size() < sizeof h + h.len) return 0;
+    text.assign(in, sizeof h, h.len);
+    in.erase(0, sizeof h + h.len);
+    return 1;
+  }
 
   /// Opens the listener on `addr` (a port of its own, close-on-exec) and starts the thread,
   /// which answers neighbours from now on. `key` (the job's) outlives this object. Throws
@@ -105,7 +118,9 @@ class heartbeat {
 
   /// Set-up has ended: watch the ring of this job. `succ_addr:succ_port` is the successor's
   /// heartbeat listener (from its record; port 0: it has none, and it is not dialed); `nonce`
-  /// the job's; `on_news` must not block or throw.
+  /// the job's; `on_news` must not block or throw. Returns once the connection to the successor
+  /// is made (its thread answers from its set-up on: a round trip), or at most `dead_after`
+  /// (at least 2 s) later, so that a rank that leaves at once is watched all the same.
   void ring(const std::string& succ_addr, std::uint16_t succ_port, std::uint64_t nonce, news_fn on_news);
 
   /// How often a beat goes, and after how long a silence a neighbour counts as stopped.
@@ -131,6 +146,7 @@ class heartbeat {
   void run() noexcept;
   void loop();
   void dial(std::chrono::steady_clock::time_point now);
+  void settle_dial();
   void accept_some(std::chrono::steady_clock::time_point now);
   bool drive(conn& c, std::chrono::steady_clock::time_point now);  // false: drop it
   bool drive_dialer(conn& c);
@@ -148,8 +164,10 @@ class heartbeat {
   int listen_fd_ = -1, wake_fd_ = -1;
   std::uint16_t port_ = 0;
   std::thread thread_;
-  std::mutex m_;  // ring_ and what ring() hands over
+  std::mutex m_;  // ring_, dial_settled_ and what ring() hands over
+  std::condition_variable settled_cv_;
   bool ring_ = false;
+  bool dial_settled_ = false;  // the successor's connection is up, or will not be
   std::string succ_addr_;
   std::uint16_t succ_port_ = 0;
   std::uint64_t nonce_ = 0;

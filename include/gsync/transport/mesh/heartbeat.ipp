@@ -64,6 +64,16 @@ inline void heartbeat::ring(const std::string& succ_addr, std::uint16_t succ_por
   }
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
+  std::unique_lock lk(m_);
+  settled_cv_.wait_for(lk, std::max(dead_after_, std::chrono::milliseconds(2000)), [&] { return dial_settled_; });
+}
+
+// The successor's connection is up, or given up: ring() may return.
+inline void heartbeat::settle_dial() {
+  std::lock_guard lk(m_);
+  if (dial_settled_) return;
+  dial_settled_ = true;
+  settled_cv_.notify_all();
 }
 
 inline void heartbeat::run() noexcept {
@@ -137,16 +147,24 @@ inline void heartbeat::dial(std::chrono::steady_clock::time_point now) {
     addr = succ_addr_;
     port = succ_port_;
   }
-  if (!ringing_ || dialed_ || port == 0 || size_ < 2 || now < next_dial_) return;
+  if (!ringing_ || dialed_) return;
+  if (port == 0 || size_ < 2) {
+    dialed_ = true;
+    settle_dial();
+    return;
+  }
+  if (now < next_dial_) return;
   if (dial_give_up_ == std::chrono::steady_clock::time_point{}) dial_give_up_ = now + std::max(dead_after_, std::chrono::milliseconds(2000));
   if (now > dial_give_up_) {  // refused all along: the successor left before this rank looked (not a loss)
     dialed_ = true;
+    settle_dial();
     return;
   }
   asio::error_code ec;
   const auto ip = asio::ip::make_address(addr, ec);
   if (ec) {
     dialed_ = true;
+    settle_dial();
     log_.warn("rank " + std::to_string(rank_) + ": heartbeat: bad address '" + addr + "' of rank " + std::to_string((rank_ + 1) % size_));
     return;
   }
@@ -220,6 +238,7 @@ inline bool heartbeat::drive_dialer(conn& c) {
     c.step = 1;
     c.role = conn::up;
     c.heard = std::chrono::steady_clock::now();
+    settle_dial();
   }
   return true;
 }
@@ -269,16 +288,13 @@ inline bool heartbeat::read_messages(conn& c, std::chrono::steady_clock::time_po
   if (c.role == conn::admitting && !drive_admitter(c)) return false;
   if (c.role == conn::up) {
     if (got) c.heard = now;
-    while (c.in.size() >= sizeof(msg_header)) {
-      msg_header h;
-      std::memcpy(&h, c.in.data(), sizeof h);
-      if (h.magic != msg_header{}.magic || h.len > max_text) {
+    msg_header h;
+    std::string text;
+    for (int got_one; (got_one = take_message(c.in, h, text)) != 0;) {
+      if (got_one < 0) {
         log_.warn("rank " + std::to_string(rank_) + ": heartbeat: garbage from " + neighbour(c) + "; no longer watched");
         return false;
       }
-      if (c.in.size() < sizeof h + h.len) break;
-      const std::string text = c.in.substr(sizeof h, h.len);
-      c.in.erase(0, sizeof h + h.len);
       if (h.k == bye) {
         c.peer = -1;  // left normally: nothing to report when the connection closes
         return false;
@@ -305,6 +321,7 @@ inline bool heartbeat::drive(conn& c, std::chrono::steady_clock::time_point now)
   if (c.role != conn::up && now > c.until) {
     // A successor whose kernel took the connection but whose heartbeat never answered stopped
     // (its thread runs from its set-up on); a stranger is just dropped.
+    if (c.role == conn::dialing) settle_dial();
     if (c.role == conn::dialing)
       learn(c.peer, true, "rank " + std::to_string(c.peer) + " did not answer its heartbeat connection within " +
                               std::to_string(std::max(dead_after_, std::chrono::milliseconds(2000)).count()) +

@@ -112,6 +112,7 @@
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
+#include "gsync/detail/crc32c.hpp"
 #include "gsync/detail/random.hpp"
 #include "gsync/detail/socket.hpp"
 #include "gsync/detail/tick_clock.hpp"
@@ -122,6 +123,7 @@
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
 #include "gsync/transport/mesh/heartbeat.hpp"
+#include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/transport/tcp_options.hpp"
 
@@ -330,13 +332,7 @@ class host_mesh {
     return p;
   }
 
-  struct hello {
-    std::uint32_t magic = 0x48595347u;  // "GSYH"
-    std::uint32_t version = 1;
-    std::int32_t rank = -1;
-    std::int32_t size = 0;
-    std::uint64_t nonce = 0;
-  };
+  using hello = records::hello;  // the data connection's (records.hpp)
 
   // Set-up (setup.ipp).
   void listen(const asio::ip::address& addr);
@@ -397,8 +393,10 @@ class host_mesh {
   template <class L>
   std::size_t take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id);
   template <class L>
-  void recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
-                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage);
+  frame_header recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+                           detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage);
+  template <class L>
+  void verify_checksum(int peer, L& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id);
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
   // This rank's shared-memory endpoint when it has a segment (its doorbell is where waits on
   // doorbell links sleep), else null.
@@ -425,8 +423,6 @@ class host_mesh {
   std::optional<std::chrono::steady_clock::time_point> stall_check(int in_peer, message_id id, deadline dl);
   static std::string p2p_wait_hint(int in_peer);
   void withdraw_stall_record() noexcept;
-  static std::string stall_record(message_id id);
-  static bool parse_stall_record(const std::string& r, std::uint64_t& seq, std::uint32_t& tag, fingerprint& fp);
   std::optional<std::string> other_call(message_id id, deadline sdl, int only = -1);
   std::string behind_report(std::uint64_t seq, deadline sdl);
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
@@ -493,7 +489,7 @@ class host_mesh {
         [[unlikely]] unusable();
   }
   static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
-  static std::string failure_record(errc kind, const std::string& msg) { return std::to_string(static_cast<int>(kind)) + " " + msg; }
+  static std::string failure_record(errc kind, const std::string& msg) { return records::failure_record(kind, msg); }
 
   int rank_, size_;
   logger log_;

@@ -130,8 +130,8 @@ inline std::size_t host_mesh::take_some(int peer, L& l, std::byte* dst, std::siz
 // recv_stream over a link that cannot be read in place: through the staging buffer, handing
 // `consume` what has arrived in multiples of `align` while the rest is still on its way.
 template <class L>
-inline void host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
-                                   detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage) {
+inline frame_header host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+                                           detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage) {
   frame_header h;
   const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
   // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
@@ -151,6 +151,34 @@ inline void host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n,
     have -= ready;
   }
   l.end_read();
+  return h;
+}
+
+// GSYNC_CHECKSUM: takes the checksum frame that follows data frame `data` (whose payload had
+// CRC32C `crc` here) and fails with errc::corrupted, naming the link, when they differ; a frame
+// other than that checksum means the ranks' settings differ (or a failure notice came).
+template <class L>
+inline void host_mesh::verify_checksum(int peer, L& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id) {
+  frame_header ck;
+  take_header(peer, l, ck, nullptr, 0, dl, id);
+  if (ck.magic != check_magic || ck.tag != data.tag || ck.seq != data.seq || ck.fp.comm != data.fp.comm || ck.bytes != 0) [[unlikely]] {
+    if (ck.magic == notice_magic) on_notice(peer, ck, nullptr, 0, id);
+    fail(errc::mismatch, "rank " + std::to_string(rank_) + " expected from rank " + std::to_string(peer) + " the checksum of its message of " +
+                             describe_message(data.tag, data.seq, data.fp) + " but received " +
+                             (ck.magic == frame_magic ? "the next message: rank " + std::to_string(peer) + " runs without GSYNC_CHECKSUM=1 and this rank with it (set it alike on every rank)"
+                                                      : std::string("bytes that are not a checksum frame")));
+  }
+  l.end_read();  // no payload
+  if (static_cast<std::uint32_t>(ck.fp.count) == crc && (ck.fp.count >> 32) == 0) [[likely]] return;
+  char want[16], got[16];
+  std::snprintf(want, sizeof want, "%08x", static_cast<unsigned>(ck.fp.count));
+  std::snprintf(got, sizeof got, "%08x", static_cast<unsigned>(crc));
+  const auto& me = records_[static_cast<std::size_t>(rank_)];
+  const auto& them = records_[static_cast<std::size_t>(peer)];
+  fail(errc::corrupted, "rank " + std::to_string(rank_) + ": the " + std::to_string(data.bytes) + "-byte payload of " +
+                            describe_message(data.tag, data.seq, data.fp) + " from rank " + std::to_string(peer) + " failed its checksum (CRC32C " +
+                            got + " received, " + want + " sent) on the " + std::string(links::names[peers_[static_cast<std::size_t>(peer)].via]) +
+                            " link " + them.address + " (" + them.host + ") -> " + me.address + " (" + me.host + "): the data was altered on its way");
 }
 
 [[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err) {
