@@ -364,3 +364,34 @@ TEST_CASE("store limits: a silent connection is dropped in time, and strangers b
   c.set("k", "v", in(5s));
   CHECK(c.get("k", in(5s)) == "v");
 }
+
+TEST_CASE("rank records: every port they name parses back, older records with fewer ports too, malformed ones are a mismatch naming the rank") {
+  using gsync::bootstrap::rank_record;
+  rank_record r{"10.0.0.7", 40001, "kern", "host with spaces\nand a line", 40002, 40003};
+  const rank_record b = rank_record::parse(r.encode(), 5);
+  CHECK(b.address == "10.0.0.7");
+  CHECK(b.port == 40001);
+  CHECK(b.recovery_port == 40002);
+  CHECK(b.heartbeat_port == 40003);
+  CHECK(b.kernel == "kern");
+  CHECK(b.host == "host with spaces\nand a line");
+  const rank_record old2 = rank_record::parse("::1 5000\nk\nh", 1);  // before recovery and heartbeat listeners
+  CHECK(old2.port == 5000);
+  CHECK(old2.recovery_port == 0);
+  CHECK(old2.heartbeat_port == 0);
+  const rank_record old3 = rank_record::parse("::1 5000 6000\nk\nh", 1);
+  CHECK(old3.recovery_port == 6000);
+  CHECK(old3.heartbeat_port == 0);
+  for (const char* bad : {"10.0.0.7 0 1 2\nk\nh", "10.0.0.7 1 2 3 4\nk\nh", "10.0.0.7 x\nk\nh", "10.0.0.7 1 99999\nk\nh",
+                          "10.0.0.7 1 2 \nk\nh", "10.0.0.7\nk\nh", "10.0.0.7 1\n\nh", "10.0.0.7 1\nk", " 1\nk\nh"}) {
+    const std::string text = bad;
+    CAPTURE(text);
+    try {
+      (void)rank_record::parse(bad, 9);
+      FAIL("parsed");
+    } catch (const gsync::error& e) {
+      CHECK(e.kind() == gsync::errc::mismatch);
+      CHECK(std::string(e.what()).find("rank 9") != std::string::npos);
+    }
+  }
+}

@@ -58,11 +58,11 @@ struct rank_record {
       }
       return (p == 0 && !zero_ok) || p > 65535 ? -1 : static_cast<int>(p);
     };
-    std::string_view fields[5];
+    std::string_view fields[4];
     std::size_t nf = 0;
     for (std::size_t at = 0; at <= where.size();) {
       const std::size_t sp = std::min(where.find(' ', at), where.size());
-      if (nf == 5) return bad("too many fields");
+      if (nf == 4) return bad("too many fields");
       fields[nf++] = where.substr(at, sp - at);
       at = sp + 1;
     }

@@ -52,6 +52,7 @@
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -225,8 +226,14 @@ class segment {
     int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     if (rc != 0) {
       ::close(fd);
+      std::string room;  // the limit, as the file system says it
+      struct statvfs v {};
+      if (::statvfs("/dev/shm", &v) == 0)
+        room = "/dev/shm holds " + std::to_string((static_cast<unsigned long long>(v.f_blocks) * v.f_frsize) >> 10) + " KiB, " +
+               std::to_string((static_cast<unsigned long long>(v.f_bavail) * v.f_frsize) >> 10) + " KiB free; ";
       throw error(errc::system, "cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " + name + ": " +
-                                    std::strerror(rc) + " (is /dev/shm full or too small? df -h /dev/shm; in docker, --shm-size; GSYNC_SHM_BYTES makes the rings smaller, GSYNC_SHM_DISABLE=1 falls back to TCP)");
+                                    std::strerror(rc) + " (" + room + "make it larger: mount -o remount,size=... /dev/shm, in docker --shm-size; "
+                                    "GSYNC_SHM_BYTES makes the rings smaller, GSYNC_SHM_DISABLE=1 uses TCP)");
     }
     s.map(fd, bytes);
     // Write every page once now (see map(): MAP_POPULATE alone was not enough).
