@@ -157,7 +157,9 @@ class store_client {
       req += body;
       const int fd = s_.native_handle();
       // The server answers a timed-out wait itself; allow it a moment past the deadline to do so.
-      const deadline reply_dl = dl + std::chrono::seconds(2);
+      // Other requests are answered at once or not at all (a stopped server): the deadline holds.
+      const bool waits = cmd == store_proto::cmd_get || cmd == store_proto::cmd_mget || cmd == store_proto::cmd_wait;
+      const deadline reply_dl = waits ? dl + std::chrono::seconds(2) : dl;
       detail::write_all(fd, req.data(), req.size(), reply_dl, what_);
       std::uint32_t len = 0;
       detail::read_all(fd, &len, 4, reply_dl, what_);

@@ -183,6 +183,15 @@ class store_core {
   }
   bool lost() const noexcept { return !lost_.empty(); }  ///< a rank was lost
   int active() const noexcept { return active_; }      ///< ranks joined and not gone
+  /// Ranks joined and not gone, not counting those in `except` (ranks known lost that may still
+  /// hold their connections: a stopped process).
+  int active_except(const std::vector<int>& except) const noexcept {
+    if (except.empty()) return active_;
+    int n = 0;
+    for (const auto& [id, c] : conns_)
+      if (c->rank >= 0 && !c->left && !c->dead && std::find(except.begin(), except.end(), c->rank) == except.end()) ++n;
+    return n;
+  }
   std::size_t connections() const noexcept { return conns_.size(); }  ///< open connections
   std::uint64_t requests() const noexcept { return requests_; }       ///< requests served
   std::uint64_t bytes_sent() const noexcept { return bytes_out_; }    ///< reply bytes sent

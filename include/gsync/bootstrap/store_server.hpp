@@ -87,7 +87,7 @@ class store_server {
  private:
   void start() {
     acc_.non_blocking(true);
-    if (::pipe2(wake_, O_CLOEXEC) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) {
       const int e = errno;
@@ -126,10 +126,19 @@ class store_server {
   /// process that hosts the store calls this before destroying it, so that ranks still setting
   /// up, or looking up why a peer failed, are not cut off by an early exit of rank 0.
   /// A server that ran out of descriptors does not wait: ranks it could not accept never leave.
-  /// `stopped`: ranks known to be stopped (found silent), which keep their connections open
-  /// without ever leaving: not waited for.
-  void linger(std::chrono::steady_clock::time_point dl, int stopped = 0) const {
-    while (active_.load(std::memory_order_acquire) > stopped && !out_of_fds_.load(std::memory_order_acquire) &&
+  /// `gone`: ranks known to be lost, which may still hold their connections (a stopped process
+  /// keeps them open without ever leaving): not waited for.
+  void linger(std::chrono::steady_clock::time_point dl, const std::vector<int>& gone = {}) {
+    if (!gone.empty()) {
+      {
+        std::lock_guard<std::mutex> g(gone_m_);
+        gone_ = gone;
+        active_.store(1 << 30, std::memory_order_release);  // not counted with them yet
+      }
+      char c = 0;
+      [[maybe_unused]] auto r = ::write(wake_[1], &c, 1);  // the loop counts again
+    }
+    while (active_.load(std::memory_order_acquire) > 0 && !out_of_fds_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < dl)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -163,7 +172,12 @@ class store_server {
         if (stop_) break;
         for (int i = 0; i < r; ++i) {
           const auto tag = evs[i].data.u64;
-          if (tag == tag_wake) continue;  // stop_ is read above
+          if (tag == tag_wake) {  // stop_ is read above; linger() may have named stopped ranks
+            char b[64];
+            while (::read(wake_[0], b, sizeof b) > 0) {
+            }
+            continue;
+          }
           if (tag == tag_listen) {
             accept_all();
             continue;
@@ -186,7 +200,10 @@ class store_server {
           for (auto id : ready) flush(id);
           if (dead.empty() && ready.empty()) break;
         }
-        active_.store(core_.active(), std::memory_order_release);
+        {
+          std::lock_guard<std::mutex> g(gone_m_);
+          active_.store(core_.active_except(gone_), std::memory_order_release);
+        }
       } catch (const std::exception& e) {
         failed(e.what());
       } catch (...) {
@@ -329,6 +346,8 @@ class store_server {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{1 << 30};  // connected ranks that have not said goodbye (1<<30: not counted yet)
+  std::mutex gone_m_;                  // guards gone_
+  std::vector<int> gone_;              // ranks not waited for (linger)
   std::uint64_t next_id_ = first_id;
   std::unordered_map<std::uint64_t, int> fds_;  // connection id -> socket
   mutable std::mutex failure_m_;

@@ -233,7 +233,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   if (id.tag >= 0x80000000u || id.seq == 0 || id.fp.comm != 0) return;
   if (hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();  // the root cause, and the store may be frozen with it
   try {
-    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    const deadline d = failure_lookup_deadline();
     if (!store_->check(failed_key(peer), d)) return;
     const std::string at = store_->check(failed_key(peer) + "/op", d) ? store_->get(failed_key(peer) + "/op", d) : "0";
     const std::uint64_t op = std::strtoull(at.c_str(), nullptr, 10);
@@ -252,7 +252,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   if (!broken_ && !aborted_.load(std::memory_order_acquire) && hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();
   if (!broken_ && !aborted_.load(std::memory_order_acquire)) {
     try {
-      const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      const deadline d = failure_lookup_deadline();
       if (store_->check(failed_key(peer), d)) {
         const std::string rec = store_->get(failed_key(peer), d);
         const auto parsed = records::parse_failure_record(rec);
@@ -307,9 +307,12 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     broken_msg_ = msg;
     broken_lost_ = lost;
     broken_.store(true, std::memory_order_release);
-    if ((kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) && !store_silent()) {  // abort() recorded its own; a stopped rank 0 holds the store
+    // abort() recorded its own. The store lives in rank 0's process: when rank 0 is the rank lost
+    // (killed, or stopped: then a request would wait its whole deadline), nobody can read a record.
+    const bool store_lost = store_silent() || (kind == errc::peer_lost && lost == 0);
+    if ((kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) && !store_lost) {
       try {
-        const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        const deadline d = failure_lookup_deadline();
         store_->set(failed_key(rank_) + "/op", std::to_string(cur_op_), d);  // before the record: readers see both
         store_->set(failed_key(rank_), failure_record(kind, msg), d);
       } catch (const std::exception&) {

@@ -77,6 +77,7 @@ inline void heartbeat::settle_dial() {
 }
 
 inline void heartbeat::run() noexcept {
+  ::pthread_setname_np(::pthread_self(), "gsync-heartbeat");  // for top -H, perf and debuggers
   try {
     loop();
   } catch (const std::exception& e) {
@@ -128,14 +129,17 @@ inline bool heartbeat::flush(conn& c) {
 // A rank was lost: tell the owner once, and pass it on to every other neighbour.
 inline void heartbeat::learn(int rank, bool silent, const std::string& why, const conn* from) {
   if (rank < 0 || rank >= size_ || rank == rank_ || !known_.insert(rank).second) return;
+  // Passed on first: the ranks further round the ring hear of it before this rank's owner acts
+  // (a rank that fails closes its connections, and a peer that sees that first looks in the store,
+  // which may be frozen with the rank lost).
+  for (auto& c : conns_)
+    if (&c != from && c.role == conn::up && c.fd >= 0 && c.peer != rank) send(c, silent ? lost_silent : lost_exited, rank, why);
   news_fn fn;
   {
     std::lock_guard lk(m_);
     fn = on_news_;
   }
   if (fn) fn(news{rank, silent, why});
-  for (auto& c : conns_)
-    if (&c != from && c.role == conn::up && c.fd >= 0 && c.peer != rank) send(c, silent ? lost_silent : lost_exited, rank, why);
 }
 
 // Starts (or retries) the connection to the successor, non-blocking.

@@ -447,6 +447,12 @@ class host_mesh {
   void on_heartbeat(const heartbeat::news& n) noexcept;
   [[noreturn]] void heartbeat_lost();
   void wake_waits() noexcept;
+  // The deadline of a store request on a failure path (a peer's failure record, this rank's):
+  // a tenth of the liveness time, within 250 ms and 1 s. Rank 0, which serves the store, may be the rank
+  // that stopped, before the heartbeat has said so: such a request then only waits.
+  deadline failure_lookup_deadline() const {
+    return std::chrono::steady_clock::now() + std::clamp(liveness() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(1000));
+  }
   // True when the heartbeat found rank 0, which serves the store, silent: the store is frozen
   // with it, and a request would only wait for its deadline.
   bool store_silent() const {

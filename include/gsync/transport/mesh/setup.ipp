@@ -269,10 +269,10 @@ inline void host_mesh::check_options(const tcp_options& o) {
 
 inline host_mesh::~host_mesh() {
   hb_.reset();  // first: its thread reports into this object; its goodbye tells the neighbours this rank left
-  int stopped = 0;  // ranks found silent: they hold their store connections without a word (the linger below)
+  std::vector<int> gone(dead_.begin(), dead_.end());  // lost ranks may hold their store connections (stopped): not waited for below
   {
     std::lock_guard lk(hb_m_);
-    stopped = static_cast<int>(hb_silent_.size());
+    gone.insert(gone.end(), hb_dead_.begin(), hb_dead_.end());
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (rec_fd_ >= 0) ::close(rec_fd_);
@@ -281,7 +281,7 @@ inline host_mesh::~host_mesh() {
   for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();
-    server_->linger(std::chrono::steady_clock::now() + store_linger, stopped);
+    server_->linger(std::chrono::steady_clock::now() + store_linger, gone);
   }
 }
 
