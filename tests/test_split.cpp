@@ -109,7 +109,14 @@ void every_collective(Comm& sub, const std::vector<int>& members, int salt) {
 }  // namespace
 
 TEST_CASE("split: members ordered by key then rank, every collective inside, nested splits, null communicators") {
-  for (int n : {1, 2, 3, 5, 8}) {
+#ifdef GSYNC_TEST_SANITIZE
+  // Under the sanitizers the same splits with 5 ranks at most (8 threads' worlds under TSan cost
+  // most of this file's run there); the plain build goes to 8.
+  const std::initializer_list<int> sizes = {1, 2, 3, 5};
+#else
+  const std::initializer_list<int> sizes = {1, 2, 3, 5, 8};
+#endif
+  for (int n : sizes) {
     CAPTURE(n);
     on_all(n, [n](auto& comm, gsync_test::world_sync&) {
       const int r = comm.rank();

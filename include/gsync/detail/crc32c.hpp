@@ -7,7 +7,7 @@
 /// `crc32c(0, p, n)` of "123456789" is 0xE3069283, the standard check value.
 ///
 /// The x86 path runs three independent streams over thirds of each block and joins them with
-/// the polynomial's shift tables (`shift`), so that the instruction's 3-cycle latency does not
+/// the polynomial's shift tables (`shifter`), so that the instruction's 3-cycle latency does not
 /// bound it at 8 bytes per 3 cycles.
 
 #include <array>
@@ -29,20 +29,29 @@ namespace crc32c_impl {
 
 inline constexpr std::uint32_t poly = 0x82F63B78u;  // reflected Castagnoli
 
-// tables[k][b]: the CRC of byte b followed by k zero bytes (slicing-by-8).
-inline constexpr auto tables = [] {
-  std::array<std::array<std::uint32_t, 256>, 8> t{};
+// The tables are filled at run time, once (microseconds), by functions that are deliberately not
+// constexpr: the compiler would otherwise compute them while compiling every file that includes
+// this header (about 0.4 s each, measured).
+using table8 = std::array<std::array<std::uint32_t, 256>, 8>;
+// t[k][b]: the CRC of byte b followed by k zero bytes (slicing-by-8).
+inline table8 make_slicing_tables() noexcept {
+  table8 x{};
   for (std::uint32_t b = 0; b < 256; ++b) {
     std::uint32_t c = b;
     for (int i = 0; i < 8; ++i) c = (c >> 1) ^ (poly & (0u - (c & 1u)));
-    t[0][b] = c;
+    x[0][b] = c;
   }
   for (int k = 1; k < 8; ++k)
-    for (std::uint32_t b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xffu];
+    for (std::uint32_t b = 0; b < 256; ++b) x[k][b] = (x[k - 1][b] >> 8) ^ x[0][x[k - 1][b] & 0xffu];
+  return x;
+}
+inline const table8& slicing_tables() noexcept {
+  static const table8 t = make_slicing_tables();
   return t;
-}();
+}
 
 inline std::uint32_t software(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
+  const table8& tables = slicing_tables();
   while (n >= 8) {
     std::uint64_t v;
     std::memcpy(&v, p, 8);
@@ -57,7 +66,7 @@ inline std::uint32_t software(std::uint32_t crc, const unsigned char* p, std::si
 }
 
 // Multiplication of two reflected polynomials modulo the CRC polynomial (bitwise; for tables).
-constexpr std::uint32_t gf_mul(std::uint32_t a, std::uint32_t b) noexcept {
+inline std::uint32_t gf_mul(std::uint32_t a, std::uint32_t b) noexcept {
   std::uint32_t r = 0;
   for (int i = 0; i < 32; ++i) {
     if (b & 0x80000000u) r ^= a;
@@ -67,7 +76,7 @@ constexpr std::uint32_t gf_mul(std::uint32_t a, std::uint32_t b) noexcept {
   return r;
 }
 // x^(8 n) mod P in the reflected representation: the operator that appends n zero bytes.
-constexpr std::uint32_t x_pow_8n(std::size_t n) noexcept {
+inline std::uint32_t x_pow_8n(std::size_t n) noexcept {
   std::uint32_t r = 0x80000000u;  // x^0
   std::uint32_t sq = 0x00800000u;  // x^8
   while (n) {
@@ -81,19 +90,22 @@ constexpr std::uint32_t x_pow_8n(std::size_t n) noexcept {
 // of the register): shift tables for a fixed block length.
 struct shifter {
   std::array<std::array<std::uint32_t, 256>, 4> t{};
-  constexpr explicit shifter(std::size_t block) {
+  explicit shifter(std::size_t block) {
     const std::uint32_t m = x_pow_8n(block);
     for (int k = 0; k < 4; ++k)
       for (std::uint32_t b = 0; b < 256; ++b) t[k][b] = gf_mul(b << (8 * k), m);
   }
-  constexpr std::uint32_t operator()(std::uint32_t crc) const noexcept {
+  std::uint32_t operator()(std::uint32_t crc) const noexcept {
     return t[0][crc & 0xff] ^ t[1][(crc >> 8) & 0xff] ^ t[2][(crc >> 16) & 0xff] ^ t[3][crc >> 24];
   }
 };
 
 #if defined(GSYNC_CRC32C_X86)
 inline constexpr std::size_t stripe = 2048;  // bytes per stream per round: 3 streams, 6 KiB a round
-inline constexpr shifter shift_stripe{stripe};
+inline const shifter& shift_stripe() noexcept {
+  static const shifter s{stripe};
+  return s;
+}
 
 [[gnu::target("sse4.2")]] inline std::uint32_t one_stream(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
   std::uint64_t c = crc;
@@ -124,7 +136,8 @@ inline constexpr shifter shift_stripe{stripe};
     }
     // CRC(A B C) = shift(shift(crcA) ^ crcB) ^ crcC, with crcB and crcC started from 0
     // (linearity: a CRC register moved past a block of zeros, xored with the block's own CRC).
-    crc = shift_stripe(shift_stripe(static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b)) ^ static_cast<std::uint32_t>(c);
+    const shifter& shift = shift_stripe();
+    crc = shift(shift(static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b)) ^ static_cast<std::uint32_t>(c);
     p += 3 * stripe;
     n -= 3 * stripe;
   }
