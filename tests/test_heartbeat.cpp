@@ -75,6 +75,8 @@ struct peer {
     gsync::detail::set_nonblocking(fd);
   }
   void handshake(const auth::job_key& k) { auth::client_handshake(fd, k, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
+  // Dials, passes the (keyless) handshake and says hello as `rank` of `size` in job `nonce`.
+  void join(std::uint16_t port, int rank, int size, std::uint64_t nonce);
   void hello(int rank, int size, std::uint64_t nonce) {
     heartbeat::hello h;
     h.rank = rank;
@@ -130,6 +132,12 @@ struct peer {
 const asio::ip::address loopback = asio::ip::make_address("127.0.0.1");
 const auth::job_key no_key;  // loopback: the handshake runs, keyed or not
 
+void peer::join(std::uint16_t port, int rank, int size, std::uint64_t nonce) {
+  dial(port);
+  handshake(no_key);
+  hello(rank, size, nonce);
+}
+
 }  // namespace
 
 TEST_CASE("heartbeat: a neighbour that stops beating is reported silent, not before dead_after of silence") {
@@ -137,9 +145,7 @@ TEST_CASE("heartbeat: a neighbour that stops beating is reported silent, not bef
   heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
   hb.ring("127.0.0.1", 0, 77, box.fn());  // the successor is this file's: not dialed
   peer p;
-  p.dial(hb.port());
-  p.handshake(no_key);
-  p.hello(1, 2, 77);
+  p.join(hb.port(), 1, 2, 77);
   std::chrono::steady_clock::time_point last{};
   for (int i = 0; i < 8; ++i) {  // beating as a live rank does, for longer than dead_after
     last = std::chrono::steady_clock::now();  // before the beat: the heartbeat can only hear it after this
@@ -161,9 +167,7 @@ TEST_CASE("heartbeat: a goodbye is not a loss, a close without one is (not as si
   hb.ring("127.0.0.1", 0, 5, box.fn());
   {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(1, 2, 5);
+    p.join(hb.port(), 1, 2, 5);
     p.msg(heartbeat::beat);
     p.msg(heartbeat::bye);
     CHECK(p.closed_by_other_side());
@@ -171,9 +175,7 @@ TEST_CASE("heartbeat: a goodbye is not a loss, a close without one is (not as si
   CHECK_FALSE(box.wait(1, 3 * hb.dead_after()));  // gone with a goodbye: nothing to report, ever
   {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(1, 2, 5);
+    p.join(hb.port(), 1, 2, 5);
     p.msg(heartbeat::beat);
     std::this_thread::sleep_for(hb.period());
   }  // closed without a goodbye (exited, or killed)
@@ -189,23 +191,17 @@ TEST_CASE("heartbeat: a hello from another job, another rank or of garbage is dr
   hb.ring("127.0.0.1", 0, 1234, box.fn());
   SUBCASE("another job's nonce") {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(0, 3, 999);
+    p.join(hb.port(), 0, 3, 999);
     CHECK(p.closed_by_other_side());
   }
   SUBCASE("not the predecessor") {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(2, 3, 1234);
+    p.join(hb.port(), 2, 3, 1234);
     CHECK(p.closed_by_other_side());
   }
   SUBCASE("another world size") {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(0, 4, 1234);
+    p.join(hb.port(), 0, 4, 1234);
     CHECK(p.closed_by_other_side());
   }
   SUBCASE("garbage instead of the handshake") {
@@ -217,9 +213,7 @@ TEST_CASE("heartbeat: a hello from another job, another rank or of garbage is dr
   }
   SUBCASE("garbage after a good hello") {
     peer p;
-    p.dial(hb.port());
-    p.handshake(no_key);
-    p.hello(0, 3, 1234);
+    p.join(hb.port(), 0, 3, 1234);
     const std::string junk(64, '\x7f');
     p.write(junk.data(), junk.size());
     CHECK(p.closed_by_other_side());
@@ -270,9 +264,7 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   CHECK(succ.read_until(heartbeat::beat, -1));  // it beats to its successor
 
   peer pred;
-  pred.dial(hb.port());
-  pred.handshake(no_key);
-  pred.hello(0, 4, 42);
+  pred.join(hb.port(), 0, 4, 42);
   pred.msg(heartbeat::lost_silent, 3, "rank 3 stopped answering (seen by rank 0)");
   pred.msg(heartbeat::lost_silent, 3, "rank 3 stopped answering, again");  // heard twice: reported once
   std::string text;
