@@ -36,6 +36,13 @@
 //            every thread failed with peer_lost naming the victim (else 45, with each thread's
 //            error), so a thread whose communicator does not hold the victim must fail too
 //            (the communicators share the dead peer's process-wide endpoint), naming it.
+//   shrink   recovery, not a kill point (tests/mp_shrink.sh runs it under `gsyncrun --elastic`):
+//            the victim SIGKILLs itself after one allreduce; the survivors catch peer_lost and
+//            shrink (with --split, first their half of the world, colour rank % 2, then the
+//            world); rank --shrink-victim J SIGKILLs itself at stage --stage (joined or agreed)
+//            of its first shrink. Each survivor then allreduces its old rank + 1 over every new
+//            communicator, checks the sum and the size against the ranks still alive, prints
+//            "SHRUNK rank R: world r of n in T ms" and exits 0.
 //
 // On a gsync::error a rank prints "rank R: <kind> after T ms in <mode>: <message>" on stderr and
 // exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45 another gsync::error
@@ -45,6 +52,7 @@
 #include <unistd.h>
 
 #include <asio.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -58,6 +66,8 @@
 #include <vector>
 
 #include <gsync/gsync.hpp>
+#include <gsync/transport/mesh/shrink_state.hpp>
+#include <csignal>
 
 namespace {
 
@@ -70,7 +80,12 @@ struct options {
   int watchdog_s = 30;
   double mib = -1;  // per mode default when negative
   int root = 0;
+  int shrink_victim = -1;         // mode shrink: the rank that dies in its shrink
+  std::string stage = "agreed";   // and where
+  bool split = false;             // mode shrink: shrink the halves too
 };
+options opts;                // for the shrink stage hook
+std::atomic<int> my_rank{-1};  // this rank in the job, for the same
 
 std::atomic<long long> ready_ns{0};  // steady-clock time of READY (0: not yet)
 
@@ -177,6 +192,58 @@ void run_split(const options& o, gsync::tcp_communicator& world) {
   throw *errs[0];
 }
 
+/// Mode shrink (see the file comment).
+void run_shrink(const options& o, gsync::tcp_communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  std::optional<gsync::tcp_communicator> half;
+  if (o.split) half.emplace(comm.split(r % 2, r));
+  std::vector<float> v(1000, 1.0f);
+  gsync::allreduce(comm, std::span<float>{v});
+  if (half) gsync::allreduce(*half, std::span<float>{v});
+  say_ready(o, r);
+  if (r == o.victim) ::raise(SIGKILL);
+  my_rank = r;
+  try {
+    for (;;) gsync::allreduce(comm, std::span<float>{v});
+  } catch (const gsync::error& e) {
+    if (e.kind() != gsync::errc::peer_lost) throw;
+  }
+  const auto t0 = clock_type::now();
+  gsync::transport::testing::shrink_stage_hook = [](int rank_in_comm, const char* stage) {
+    (void)rank_in_comm;
+    if (my_rank.load() == opts.shrink_victim && opts.stage == stage) ::raise(SIGKILL);
+  };
+  const auto alive = [&](int x) { return x != o.victim && x != o.shrink_victim; };
+  const auto check = [&](gsync::tcp_communicator& c, const std::vector<int>& old, const char* what) {
+    std::vector<int> live;
+    for (int x : old)
+      if (alive(x)) live.push_back(x);
+    const int want_rank = static_cast<int>(std::find(live.begin(), live.end(), r) - live.begin());
+    if (c.size() != static_cast<int>(live.size()) || c.rank() != want_rank)
+      throw gsync::error(gsync::errc::system, std::string(what) + ": rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) +
+                                                  ", expected " + std::to_string(want_rank) + " of " + std::to_string(live.size()));
+    double want = 0;
+    for (int x : live) want += x + 1;
+    std::vector<float> w(4099, static_cast<float>(r + 1));
+    gsync::allreduce(c, std::span<float>{w});
+    if (w.front() != want || w.back() != want)
+      throw gsync::error(gsync::errc::system, std::string(what) + ": sum " + std::to_string(w.back()) + ", expected " + std::to_string(want));
+  };
+  std::vector<int> world_ranks, half_ranks;
+  for (int x = 0; x < n; ++x) {
+    world_ranks.push_back(x);
+    if (x % 2 == r % 2) half_ranks.push_back(x);
+  }
+  std::optional<gsync::tcp_communicator> half2;
+  if (half) half2.emplace(half->shrink());
+  auto world2 = comm.shrink();
+  const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+  if (half2) check(*half2, half_ranks, "half");
+  check(world2, world_ranks, "world");
+  std::printf("SHRUNK rank %d: world %d of %d in %.1f ms\n", r, world2.rank(), world2.size(), ms);
+  std::fflush(stdout);
+}
+
 void run_mode(const options& o, gsync::tcp_communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   const bool victim = r == o.victim;
@@ -226,6 +293,8 @@ void run_mode(const options& o, gsync::tcp_communicator& comm) {
     for (;;) gsync::allreduce_async(comm, std::span<float>{v}, gsync::op::max{}).wait();
   } else if (o.mode == "split") {
     run_split(o, comm);
+  } else if (o.mode == "shrink") {
+    run_shrink(o, comm);
   } else {
     throw gsync::error(gsync::errc::invalid_argument, "unknown --mode '" + o.mode + "'");
   }
@@ -252,9 +321,12 @@ int main(int argc, char** argv) {
     else if (a == "--watchdog-s" && has) o.watchdog_s = std::atoi(argv[++i]);
     else if (a == "--mib" && has) o.mib = std::atof(argv[++i]);
     else if (a == "--root" && has) o.root = std::atoi(argv[++i]);
+    else if (a == "--shrink-victim" && has) o.shrink_victim = std::atoi(argv[++i]);
+    else if (a == "--stage" && has) o.stage = argv[++i];
+    else if (a == "--split") o.split = true;
     else {
-      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split --victim K "
-                           "[--watchdog-s S] [--mib M] [--root R]\n");
+      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split|shrink --victim K "
+                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage joined|agreed] [--split]\n");
       return 2;
     }
   }
@@ -262,6 +334,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mp_faults: --mode and --victim are required\n");
     return 2;
   }
+  opts = o;
   start_watchdog(o.watchdog_s);
   int rank = -1;
   const auto t0 = clock_type::now();

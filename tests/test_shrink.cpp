@@ -8,12 +8,29 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gsync/transport/mesh/shrink_state.hpp"
 #include "support/world.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 struct died : std::exception {};
+
+// Makes rank `victim` (its number in the communicator shrunk) die at `stage` of its shrink
+// (gsync::transport::testing::shrink_stage_hook), for one test's length.
+struct die_at {
+  static inline std::atomic<int> victim{-1};
+  static inline std::atomic<const char*> stage{nullptr};
+  static void hook(int rank, const char* st) {
+    if (rank == victim.load() && std::string_view(st) == stage.load()) throw died{};
+  }
+  die_at(int v, const char* st) {
+    victim = v;
+    stage = st;
+    gsync::transport::testing::shrink_stage_hook = &hook;
+  }
+  ~die_at() { gsync::transport::testing::shrink_stage_hook = nullptr; }
+};
 
 // n ranks (host of rank r: host_of(r)); `victim` dies after one good allreduce; the survivors
 // fail their next allreduce, shrink, check the new numbering and reduce again.
@@ -129,5 +146,142 @@ TEST_CASE("shrink: a rank that fails during the shrink is left out, and the rest
     CHECK(err[r].empty());
     CHECK(new_size[r] == 2);
     CHECK(new_rank[r] == r / 2);
+  }
+}
+
+TEST_CASE("shrink: the rank a store's loss record names as gone, and no other") {
+  using gsync::transport::records::rank_lost;
+  CHECK(rank_lost("rank 12 is lost (its connection to the store closed without goodbye)") == 12);
+  CHECK(rank_lost("rank 0 is lost") == 0);
+  CHECK_FALSE(rank_lost("rank 3 failed: rank 3: timed out"));  // alive: it said why it failed
+  CHECK_FALSE(rank_lost("rank -1 is lost"));
+  CHECK_FALSE(rank_lost("rank x is lost"));
+  CHECK_FALSE(rank_lost("the store (rank 0) failed: out of memory"));
+  CHECK_FALSE(rank_lost(""));
+}
+
+namespace {
+// Rank 1 dies; the survivors shrink, and rank `victim` dies at `stage` of that shrink (after its
+// join is recorded, or once the members are decided, before the new communicator is set up).
+// The set-up finds it missing, and the others agree again without it: ranks 0..n-1 but 1 and
+// `victim` go on, in their old order.
+void die_during_shrink(int n, int victim, const char* stage) {
+  gsync::config cfg = gsync_test::with_timeout(30000ms);
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  die_at hook(victim, stage);
+  std::vector<std::string> err(static_cast<std::size_t>(n));
+  std::vector<int> new_rank(static_cast<std::size_t>(n), -1), new_size(static_cast<std::size_t>(n), -1);
+  std::vector<float> got(static_cast<std::size_t>(n), -1);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "dshrink-host-" + std::to_string(r)), cfg);
+        std::vector<float> v(100, 1.0f);
+        gsync::allreduce(comm, std::span<float>{v});
+        if (r == 1) throw died{};
+        try {
+          gsync::allreduce(comm, std::span<float>{v});
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) throw;
+        }
+        std::optional<gsync::tcp_communicator> next;
+        try {
+          next.emplace(comm.shrink());
+        } catch (const gsync::error& e) {
+          if (r == victim) return;  // it "died" in the hook: its communicators close while this unwinds
+          throw;
+        }
+        new_rank[static_cast<std::size_t>(r)] = next->rank();
+        new_size[static_cast<std::size_t>(r)] = next->size();
+        std::vector<float> w(333, static_cast<float>(r + 1));
+        gsync::allreduce(*next, std::span<float>{w});
+        got[static_cast<std::size_t>(r)] = w[332];
+      } catch (const died&) {
+      } catch (const std::exception& e) {
+        err[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  float want = 0;
+  int rank = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == 1 || r == victim) continue;
+    want += static_cast<float>(r + 1);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == 1 || r == victim) continue;
+    CAPTURE(r);
+    CAPTURE(err[static_cast<std::size_t>(r)]);
+    CHECK(err[static_cast<std::size_t>(r)].empty());
+    CHECK(new_size[static_cast<std::size_t>(r)] == n - 2);
+    CHECK(new_rank[static_cast<std::size_t>(r)] == rank++);
+    CHECK(got[static_cast<std::size_t>(r)] == want);
+  }
+}
+}  // namespace
+
+TEST_CASE("shrink: a member that dies after the agreement, before the new communicator is set up, is left out in a second attempt") {
+  for (const char* stage : {"joined", "agreed"}) {
+    CAPTURE(stage);
+    die_during_shrink(5, 3, stage);  // a member
+  }
+  die_during_shrink(5, 0, "agreed");  // the coordinator: the others move on to rank 2
+}
+
+TEST_CASE("shrink: communicators made by split shrink to their own survivors") {
+  // Six ranks; colours r % 2 make {0, 2, 4} and {1, 3, 5}. Rank 3 dies. Every survivor shrinks its
+  // half, then the world: {0, 2, 4} stays whole, {1, 5} loses rank 3, the world has 5 ranks.
+  const int n = 6;
+  gsync::config cfg = gsync_test::with_timeout(30000ms);
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  std::vector<std::string> err(n);
+  std::vector<int> half_rank(n, -1), half_size(n, -1), world_rank(n, -1), world_size(n, -1);
+  std::vector<float> half_sum(n, -1), world_sum(n, -1);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "split-host-" + std::to_string(r / 2)), cfg);
+        auto half = comm.split(r % 2, r);
+        std::vector<float> v(100, 1.0f);
+        gsync::allreduce(half, std::span<float>{v});
+        gsync::allreduce(comm, std::span<float>{v});
+        if (r == 3) throw died{};
+        try {
+          gsync::allreduce(comm, std::span<float>{v});
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) throw;
+        }
+        auto half2 = half.shrink();
+        auto world2 = comm.shrink();
+        half_rank[r] = half2.rank();
+        half_size[r] = half2.size();
+        world_rank[r] = world2.rank();
+        world_size[r] = world2.size();
+        std::vector<float> w(1000, static_cast<float>(r + 1));
+        gsync::allreduce(half2, std::span<float>{w});
+        half_sum[r] = w[999];
+        std::vector<float> x(1000, static_cast<float>(r + 1));
+        gsync::allreduce(world2, std::span<float>{x});
+        world_sum[r] = x[999];
+      } catch (const died&) {
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r : {0, 1, 2, 4, 5}) {
+    CAPTURE(r);
+    CAPTURE(err[r]);
+    CHECK(err[r].empty());
+    CHECK(half_size[r] == (r % 2 == 0 ? 3 : 2));
+    CHECK(half_rank[r] == (r % 2 == 0 ? r / 2 : r / 4));
+    CHECK(half_sum[r] == (r % 2 == 0 ? 1.0f + 3 + 5 : 2.0f + 6));
+    CHECK(world_size[r] == 5);
+    CHECK(world_rank[r] == (r < 3 ? r : r - 1));
+    CHECK(world_sum[r] == 1.0f + 2 + 3 + 5 + 6);
   }
 }

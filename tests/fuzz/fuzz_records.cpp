@@ -38,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     case 1: {
+      if (const auto r = records::rank_lost(in); r && (*r < 0 || !in.starts_with("rank ") || in.find(" is lost") == std::string::npos)) __builtin_trap();
       const auto f = records::parse_failure_record(in);
       if (f && (!known(f->kind) || f->why.size() >= in.size())) __builtin_trap();
       if (f) {  // what a rank writes reads back the same

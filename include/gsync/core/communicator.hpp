@@ -216,7 +216,9 @@ class communicator {
   /// numbered in their old order, with this one's settings: collective over the survivors, each
   /// of which calls it (this one stays broken). The survivors agree on who they are, also when
   /// rank 0 is the one lost; a rank that fails meanwhile is left out, and a rank the others have
-  /// given up fails with peer_lost. Defined in gsync/recovery.hpp (included by every collective's header).
+  /// given up fails with peer_lost. A communicator made by `split` shrinks to its own survivors
+  /// (every communicator a rank belongs to is shrunk separately, in the same order on every rank,
+  /// as any collective). Defined in gsync/recovery.hpp (included by every collective's header).
   /// \code
   ///   try { gsync::allreduce(comm, grad); }
   ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }

@@ -65,7 +65,8 @@ class tcp {
   /// After a failure (`errc::peer_lost`, `errc::aborted`, a timeout), a new endpoint over the ranks
   /// still alive, numbered in their old order: collective over the survivors, each of which calls
   /// it; they agree on who is alive (transport/mesh/shrink.ipp), also when rank 0 is the one lost.
-  /// Every wait ends by `timeout`. Only the job's world (not a split view) can be shrunk.
+  /// Every wait ends by `timeout`. A split view shrinks to its own survivors: the result is an
+  /// endpoint of its own over them, no longer a view of the job's connections.
   GSYNC_DECL std::unique_ptr<tcp> shrink(std::chrono::milliseconds timeout) const;
   /// The view's identity on the wire (0: the job's world).
   std::uint64_t comm_id() const noexcept { return comm_; }

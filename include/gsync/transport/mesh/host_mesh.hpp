@@ -122,8 +122,10 @@
 #include "gsync/transport/links/shm_endpoint.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
+#include "gsync/transport/mesh/call_lock.hpp"
 #include "gsync/transport/mesh/heartbeat.hpp"
 #include "gsync/transport/mesh/records.hpp"
+#include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/transport/tcp_options.hpp"
 
@@ -138,10 +140,10 @@ class host_mesh {
   using links = link_list<shm_link, tcp_link>;
 
   /// Joins the job of `li`. `server`: a store already serving at li's master address, which this
-  /// rank (rank 0) serves the job with; `key`: the job key, instead of li's or the environment's
-  /// (both from a shrink: shrink.ipp).
+  /// rank (rank 0) serves the job with; `key`: the job key, instead of li's or the environment's;
+  /// `rj`: the set-up of a shrink (all three from a shrink: shrink.ipp).
   host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt,
-            std::unique_ptr<bootstrap::store_server> server = {}, const bootstrap::auth::job_key* key = nullptr);
+            std::unique_ptr<bootstrap::store_server> server = {}, const bootstrap::auth::job_key* key = nullptr, rejoin* rj = nullptr);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
   ~host_mesh();
@@ -171,7 +173,9 @@ class host_mesh {
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
   /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
-  std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout);
+  /// `group`: the ranks of the communicator shrunk, in its order (empty: the job's world);
+  /// `comm`: its identity (fingerprint::comm).
+  std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout, const std::vector<int>& group = {}, std::uint64_t comm = 0);
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
   /// What this rank knows of failures, without blocking, from any thread (failure.ipp).
   health_report health() const noexcept;
@@ -234,48 +238,14 @@ class host_mesh {
       return links::visit(via, l, [](auto& k) -> std::deque<send_op>& { return k.q; });
     }
   };
-  // Shared mode (share(): several communicators, perhaps several threads): every entry point
-  // holds mu_ except while it waits (poll, doorbell sleep, spin, yield) or a reduction consumes a
-  // piece; one thread at a time reads a peer's stream (peer_conn::reading) and sets frames of
-  // other communicators aside in the peer's inbox, whole, for their owners (cv_ tells them).
-  // Before share() nothing is locked: one communicator, one thread at a time, as before.
-  class call_lock {
-   public:
-    explicit call_lock(host_mesh& m) {
-      if (!m.multi_.load(std::memory_order_acquire)) return;
-      slot& h = held();
-      if (h.m == &m) return;  // already held by this thread
-      lk_ = std::unique_lock<std::mutex>(m.mu_);
-      prev_ = h;
-      h = slot{&m, &lk_};
-      set_ = true;
-    }
-    call_lock(const call_lock&) = delete;
-    call_lock& operator=(const call_lock&) = delete;
-    ~call_lock() {
-      if (set_) held() = prev_;
-    }
-    bool locked() const noexcept { return set_; }
-
-   private:
-    friend class host_mesh;
-    struct slot {
-      const host_mesh* m = nullptr;
-      std::unique_lock<std::mutex>* lk = nullptr;
-    };
-    static slot& held() noexcept {
-      static thread_local slot s;
-      return s;
-    }
-    std::unique_lock<std::mutex> lk_;
-    slot prev_{};
-    bool set_ = false;
+  // Shared mode: the endpoint's lock (transport/mesh/call_lock.hpp); one thread at a time reads
+  // a peer's stream (peer_conn::reading) and sets frames of other communicators aside in the
+  // peer's inbox, whole, for their owners (cv_ tells them).
+  struct call_lock : mesh_call_lock {
+    explicit call_lock(host_mesh& m) : mesh_call_lock(&m, m.multi_, m.mu_) {}
   };
   // The lock this thread holds on this endpoint (shared mode), else null.
-  std::unique_lock<std::mutex>* my_lock() const noexcept {
-    const auto& h = call_lock::held();
-    return h.m == this && h.lk && h.lk->owns_lock() ? h.lk : nullptr;
-  }
+  std::unique_lock<std::mutex>* my_lock() const noexcept { return mesh_call_lock::held_on(this); }
   // Runs f with this thread's lock on the endpoint released (if it holds it).
   template <class F>
   void unlocked(F&& f) {
@@ -369,7 +339,7 @@ class host_mesh {
   }
   void share_store(bootstrap::launch_info& li);
   void exchange_hosts(const bootstrap::launch_info& li);
-  std::string missing_ranks(const std::vector<std::string>& keys);
+  std::string missing_ranks(const std::vector<std::string>& keys, std::vector<int>* missing = nullptr);
   void connect_links(deadline dl);
   static void check_options(const tcp_options& o);
 
@@ -429,12 +399,19 @@ class host_mesh {
 
   // Shrinking to the survivors (shrink.ipp).
   struct shrink_agreement {
-    std::vector<int> members;                          // old ranks, ascending
-    int coordinator = -1;                              // the lowest of them, which serves the store
+    std::vector<int> members;                          // ranks in the communicator shrunk, ascending
+    int coordinator = -1;                              // the lowest of them, which serves the new store
+    std::uint16_t store_port = 0;                      // where it serves it
     std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
   };
-  shrink_agreement agree_survivors(deadline dl);
-  shrink_agreement coordinate_shrink(std::set<int> dead, deadline dl, std::chrono::milliseconds window);
+  struct shrink_round {  // one attempt of a shrink
+    const std::vector<int>& group;  // the communicator's ranks (ranks of this endpoint), in its order
+    int me;                         // this rank's place in it
+    std::string prefix;             // the attempt's keys in the agreement store
+  };
+  shrink_agreement agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl);
+  shrink_agreement coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl);
+  bootstrap::store_server& recovery_store();
   std::chrono::milliseconds liveness() const noexcept { return std::chrono::milliseconds(opt_.liveness_ms > 0 ? opt_.liveness_ms : 10000); }
   // The store's bounds, with this job's liveness for its connections.
   bootstrap::store_limits store_limits() const {
@@ -555,7 +532,7 @@ class host_mesh {
   std::set<int> hb_dead_;             // every rank the heartbeat reported, for a shrink
   std::set<int> hb_silent_;           // of which those that stopped answering
   std::atomic<bool> hb_alarm_{false};
-  int rec_fd_ = -1;          // the recovery listener (setup.ipp): where this rank serves a shrink's store
+  shrink_state rec_;         // the recovery listener (setup.ipp) and what shrinks keep (shrink.ipp)
   std::string master_addr_;  // the store's address, for abort()'s own connection
   std::uint16_t master_port_ = 0;
   mutable std::mutex abort_m_;  // guards abort_msg_

@@ -28,10 +28,8 @@ GSYNC_DECL tcp::~tcp() {
 }
 
 GSYNC_DECL std::unique_ptr<tcp> tcp::shrink(std::chrono::milliseconds timeout) const {
-  if (!world_.empty() || comm_ != 0)
-    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": shrink: only the job's world communicator can be shrunk (not one made by split)");
   std::unique_ptr<tcp> t(new tcp());
-  t->m_ = m_->shrink(timeout);
+  t->m_ = m_->shrink(timeout, world_, comm_);  // a split view: over its members, in its order
   t->rank_ = t->m_->rank();
   t->size_ = t->m_->size();
   t->name_ = t->m_->name();

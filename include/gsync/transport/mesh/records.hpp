@@ -15,6 +15,7 @@
 ///   - failure notice: a frame with `notice_magic` whose `tag` is the `errc`, `seq` 1 + the rank
 ///     lost first (0: none) and payload the text (transport/frame.hpp).
 
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -111,6 +112,20 @@ constexpr notice decode_notice(const frame_header& h, int size) noexcept {
   n.first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size) ? static_cast<int>(h.seq) - 1 : -1;
   n.text_bytes = static_cast<std::size_t>(h.bytes < max_notice_bytes ? h.bytes : max_notice_bytes);
   return n;
+}
+
+/// The rank a store's loss record names as gone without goodbye ("rank N is lost (...)", written
+/// by bootstrap/store_core.hpp), or nothing: another text, or "rank N failed: ..." (a rank that
+/// failed said why: it is alive).
+inline std::optional<int> rank_lost(std::string_view s) noexcept {
+  constexpr std::string_view pre = "rank ", post = " is lost";
+  if (!s.starts_with(pre)) return std::nullopt;
+  s.remove_prefix(pre.size());
+  int v = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end == s.data() || v < 0 || !std::string_view(end, static_cast<std::size_t>(s.data() + s.size() - end)).starts_with(post))
+    return std::nullopt;
+  return v;
 }
 
 }  // namespace gsync::transport::records

@@ -49,10 +49,11 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
 inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt,
-                            std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key)
+                            std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key, rejoin* rj)
     : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)), dial_timeout_(timeout) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   bootstrap::launch_info li = given;  // with the store's address, once shared
+  if (rj) rec_.predecessor = rj->keep;
   if (key) {
     key_ = *key;
   } else if (li.share_store) {
@@ -83,9 +84,16 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     // That store may also close while this rank is still talking to it (peer_lost): the same.
     for (;;) {
       try {
-        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_, std::chrono::milliseconds(opt_.liveness_ms));
+        // A shrink's store is up before its members hear of it: refused there means its host
+        // (the coordinator, rank 0 of the new endpoint) is gone.
+        const auto connect_by = rj ? std::optional<deadline>(std::min(dl, std::chrono::steady_clock::now() + rj->join_within)) : std::nullopt;
+        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_, std::chrono::milliseconds(opt_.liveness_ms), connect_by);
         if (store_->hello(rank_, dl)) break;
       } catch (const error& e) {
+        if (rj && rank_ != 0 && (e.kind() == errc::peer_lost || e.kind() == errc::timeout)) {
+          rj->lost.insert(0);
+          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": shrink: the coordinator (rank 0 of the new communicator) is gone: " + e.what());
+        }
         if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl) throw;
       }
       store_.reset();
@@ -120,11 +128,21 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       keys.reserve(static_cast<std::size_t>(size_) + 1);
       for (int j = 0; j < size_; ++j) keys.push_back(bootstrap::rank_record_key(j));
       std::vector<std::string> got;
+      // A shrink's members are running and agreed a moment ago: one missing after `join_within`
+      // died during the shrink, and the others go on without it (shrink.ipp).
+      const deadline joined_by = rj ? std::min(dl, std::chrono::steady_clock::now() + rj->join_within) : dl;
       try {
-        got = store_->get_many(keys, dl);
+        got = store_->get_many(keys, joined_by);
       } catch (const error& e) {
         if (e.kind() != errc::timeout) throw;
-        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": " + missing_ranks(keys) + " (" + e.what() + ")");
+        std::vector<int> missing;
+        const std::string which = missing_ranks(keys, &missing);
+        if (rj && joined_by < dl && !missing.empty()) {
+          rj->lost.insert(missing.begin(), missing.end());
+          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": shrink: " + which + " within " +
+                                           std::to_string(rj->join_within.count()) + " ms of the agreement (they died during the shrink)");
+        }
+        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": " + which + " (" + e.what() + ")");
       }
       try {
         nonce_ = std::stoull(got[0]);
@@ -207,6 +225,13 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       const auto& next = records_[static_cast<std::size_t>((rank_ + 1) % size_)];
       hb_->ring(next.address, next.heartbeat_port, nonce_, [this](const heartbeat::news& n) { on_heartbeat(n); });
     }
+    if (rj) {
+      // A shrink's set-up is all or nothing: every member waits until all have set up. A member
+      // lost before then fails every wait here (the store's lost-rank rule), so that no member
+      // goes on with an endpoint the others have given up (shrink.ipp).
+      if (store_->add("gsync/settled", 1, dl) == size_) store_->set("gsync/settled_all", "1", dl);
+      store_->wait({"gsync/settled_all"}, dl);
+    }
   } catch (const error& raised) {
     // Out of descriptors: say which limit and how to raise it, here and to the others.
     const error e = bootstrap::mentions_out_of_descriptors(raised) ? bootstrap::fd_exhausted(raised.what(), size_)
@@ -221,12 +246,30 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       } catch (const std::exception&) {
       }
     }
+    if (rj) {  // for the next attempt of the shrink: who was lost (new numbering)
+      rj->lost.insert(dead_.begin(), dead_.end());
+      {
+        std::lock_guard lk(hb_m_);
+        rj->lost.insert(hb_dead_.begin(), hb_dead_.end());
+      }
+      if (store_) {
+        if (const auto r = records::rank_lost(lost_rank()); r && *r != rank_ && *r < size_) rj->lost.insert(*r);
+        if (records_.empty()) {  // another member gave up on the missing ones first: which were they
+          std::vector<std::string> keys{"gsync/nonce"};
+          for (int j = 0; j < size_; ++j) keys.push_back(bootstrap::rank_record_key(j));
+          std::vector<int> missing;
+          missing_ranks(keys, &missing);
+          rj->lost.insert(missing.begin(), missing.end());
+        }
+      }
+      rj->lost.erase(rank_);
+    }
     if (server_) {
       // Serve the others a while so they read why, unless this rank could not reach its own store
       // (no reason recorded: the others would only wait for the linger to end).
       const bool recorded = store_ != nullptr;
       store_.reset();  // says goodbye: this rank is failing, not lost
-      if (recorded) server_->linger(std::chrono::steady_clock::now() + store_linger);
+      if (recorded) server_->linger(std::chrono::steady_clock::now() + store_linger, rj ? std::vector<int>(rj->lost.begin(), rj->lost.end()) : std::vector<int>{});
     }
     throw e;
   }
@@ -234,7 +277,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
 
 // Which of `keys` (the nonce, then every rank's set-up record) the store still lacks, in words,
 // after set-up timed out waiting for them: one quick check per key, on this failure path only.
-inline std::string host_mesh::missing_ranks(const std::vector<std::string>& keys) {
+inline std::string host_mesh::missing_ranks(const std::vector<std::string>& keys, std::vector<int>* missing) {
   std::string who;
   bool nonce = false;
   try {
@@ -242,7 +285,10 @@ inline std::string host_mesh::missing_ranks(const std::vector<std::string>& keys
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (store_->check(keys[i], d)) continue;
       if (i == 0) nonce = true;
-      else who += (who.empty() ? "" : ", ") + std::to_string(i - 1);
+      else {
+        who += (who.empty() ? "" : ", ") + std::to_string(i - 1);
+        if (missing) missing->push_back(static_cast<int>(i) - 1);
+      }
     }
   } catch (const error&) {
     return "timed out at set-up waiting for the other ranks to join";
@@ -275,7 +321,6 @@ inline host_mesh::~host_mesh() {
     gone.insert(gone.end(), hb_dead_.begin(), hb_dead_.end());
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  if (rec_fd_ >= 0) ::close(rec_fd_);
   if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   for (auto& p : peers_) p.tcp().close();
@@ -308,12 +353,12 @@ inline void host_mesh::open_recovery_listener(const asio::ip::address& addr) {
     ::close(fd);
     return;
   }
-  rec_fd_ = fd;
+  rec_.listen_fd = fd;
 }
 inline std::uint16_t host_mesh::recovery_port() const {
   sockaddr_storage sa{};
   socklen_t sl = sizeof sa;
-  if (rec_fd_ < 0 || ::getsockname(rec_fd_, reinterpret_cast<sockaddr*>(&sa), &sl) != 0) return 0;
+  if (rec_.listen_fd < 0 || ::getsockname(rec_.listen_fd, reinterpret_cast<sockaddr*>(&sa), &sl) != 0) return 0;
   return ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
 }
 
