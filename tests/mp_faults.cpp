@@ -39,7 +39,7 @@
 //   shrink   recovery, not a kill point (tests/mp_shrink.sh runs it under `gsyncrun --elastic`):
 //            the victim SIGKILLs itself after one allreduce; the survivors catch peer_lost and
 //            shrink (with --split, first their half of the world, colour rank % 2, then the
-//            world); rank --shrink-victim J SIGKILLs itself at stage --stage (joined or agreed)
+//            world); rank --shrink-victim J SIGKILLs itself at stage --stage (slot, joined, agreed)
 //            of its first shrink. Each survivor then allreduces its old rank + 1 over every new
 //            communicator, checks the sum and the size against the ranks still alive, prints
 //            "SHRUNK rank R: world r of n in T ms" and exits 0.
@@ -200,8 +200,16 @@ void run_shrink(const options& o, gsync::tcp_communicator& comm) {
   std::vector<float> v(1000, 1.0f);
   gsync::allreduce(comm, std::span<float>{v});
   if (half) gsync::allreduce(*half, std::span<float>{v});
+  // The victim dies once every rank is through the above (else a survivor could lose it inside
+  // the split, and have no half to shrink): the last rank here says so in the store.
+  auto& store = comm.transport().store();
+  const gsync::deadline sdl = clock_type::now() + std::chrono::seconds(30);
+  if (store.add("mp_faults/through", 1, sdl) == n) store.set("mp_faults/all_through", "1", sdl);
   say_ready(o, r);
-  if (r == o.victim) ::raise(SIGKILL);
+  if (r == o.victim) {
+    store.wait({"mp_faults/all_through"}, sdl);
+    ::raise(SIGKILL);
+  }
   my_rank = r;
   try {
     for (;;) gsync::allreduce(comm, std::span<float>{v});
@@ -326,7 +334,7 @@ int main(int argc, char** argv) {
     else if (a == "--split") o.split = true;
     else {
       std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split|shrink --victim K "
-                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage joined|agreed] [--split]\n");
+                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage slot|joined|agreed] [--split]\n");
       return 2;
     }
   }

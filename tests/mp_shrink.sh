@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Shrinking after real deaths (issue 31: "a rank that fails during the shrink is excluded too"):
 # tests/mp_faults.cpp --mode shrink under `gsyncrun --elastic`. Rank V SIGKILLs itself after an
-# allreduce; the survivors shrink, and rank J SIGKILLs itself in the middle of that shrink (after
-# its join is recorded, or once the members are decided, before the new communicator is set
-# up; as the coordinator, or as a member). With --split the ranks first shrink their half of the
-# world (colour rank % 2), then the world.
+# allreduce; the survivors shrink, and rank J SIGKILLs itself in the middle of that shrink (once
+# it took a join slot, once its join is recorded, or once the members are decided, before the
+# new communicator is set up; as the coordinator, or as a member). With --split the ranks first
+# shrink their half of the world (colour rank % 2), then the world.
 #
 #   mp_shrink.sh MP_FAULTS GSYNCRUN
 #
@@ -46,4 +46,5 @@ row 4 0 1 agreed tcp          # rank 1 coordinates the shrink and dies in it: ra
 row 6 2 4 joined tcp
 row 6 3 0 agreed shm --split  # rank 0 coordinates the world's and its half's shrink
 row 8 5 2 joined shm
+row 5 4 2 slot tcp            # killed between taking its join slot and filling it
 exit $failed

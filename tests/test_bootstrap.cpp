@@ -218,6 +218,37 @@ TEST_CASE("store: a rank that leaves normally is not lost, one that fails is, an
   CHECK_THROWS_AS(d.get("missing", in(20000ms)), gsync::error);
 }
 
+TEST_CASE("store: a commit key set before any loss is seen by every waiter, after a loss it is refused") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{});
+  const auto port = srv.port();
+  const gsync::bootstrap::auth::job_key none;
+  gsync::bootstrap::store_client a("127.0.0.1", port, in(2000ms), none);
+  a.hello(0, in(2000ms));
+  a.set("gsync/commit/first", "1", in(2000ms));  // before any loss: done
+  a.set("plain", "1", in(2000ms));
+  try {
+    gsync::bootstrap::store_client b("127.0.0.1", port, in(2000ms), none);
+    b.hello(1, in(2000ms));
+    throw std::runtime_error("rank 1 dies");  // unwinding: no goodbye
+  } catch (const std::runtime_error&) {
+  }
+  gsync::bootstrap::store_client c("127.0.0.1", port, in(2000ms), none);
+  // The loss reaches the store as its connection closes; a wait for a missing key ends with it.
+  CHECK_THROWS_AS(c.wait({"never"}, in(20000ms)), gsync::error);  // (a loss leaves a connection unusable)
+  gsync::bootstrap::store_client e2("127.0.0.1", port, in(2000ms), none);
+  CHECK(e2.get("gsync/commit/first", in(2000ms)) == "1");  // committed before: still seen
+  e2.set("other", "2", in(2000ms));                        // ordinary keys are still set
+  try {
+    e2.set("gsync/commit/second", "1", in(2000ms));
+    FAIL("a commit after a loss was accepted");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::peer_lost);
+    CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+  }
+  gsync::bootstrap::store_client d("127.0.0.1", port, in(2000ms), none);
+  CHECK_FALSE(d.check("gsync/commit/second", in(2000ms)));
+}
+
 TEST_CASE("setup: a rank that fails after reaching the store makes the others fail with peer_lost, not wait for the deadline") {
   const auto port = gsync_test::free_port();
   std::vector<gsync::errc> err(2, gsync::errc{});

@@ -223,7 +223,7 @@ void die_during_shrink(int n, int victim, const char* stage) {
 }  // namespace
 
 TEST_CASE("shrink: a member that dies after the agreement, before the new communicator is set up, is left out in a second attempt") {
-  for (const char* stage : {"joined", "agreed"}) {
+  for (const char* stage : {"slot", "joined", "agreed"}) {
     CAPTURE(stage);
     die_during_shrink(5, 3, stage);  // a member
   }
@@ -284,4 +284,84 @@ TEST_CASE("shrink: communicators made by split shrink to their own survivors") {
     CHECK(world_rank[r] == (r < 3 ? r : r - 1));
     CHECK(world_sum[r] == 1.0f + 2 + 3 + 5 + 6);
   }
+}
+
+TEST_CASE("shrink: a rank that arrives after the others went on is told it is out, at once") {
+  // Rank 0 dies. Ranks 1, 2, 3 shrink; rank 1, their coordinator, dies once the members are
+  // decided, so ranks 2 and 3 agree again with rank 2 coordinating (attempt 1). Rank 4 calls shrink
+  // only when they are done and rank 1 is gone: its attempt 0 finds rank 1 gone, then rank 2, which
+  // answered its own attempt 0 with the decision of attempt 1, so rank 4 fails with peer_lost at
+  // once instead of waiting for its deadline (a timeout, 30 s here).
+  const int n = 5;
+  gsync::config cfg = gsync_test::with_timeout(30000ms);
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  die_at hook(1, "agreed");
+  std::vector<std::string> err(n);
+  std::vector<int> new_size(n, -1);
+  std::atomic<int> done{0};
+  std::atomic<bool> one_gone{false};
+  gsync::errc late_kind = gsync::errc::system;
+  std::string late_msg;
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "late2-host-" + std::to_string(r)), cfg);
+        std::vector<float> v(100, 1.0f);
+        gsync::allreduce(comm, std::span<float>{v});
+        if (r == 0) throw died{};
+        try {
+          gsync::allreduce(comm, std::span<float>{v});
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) throw;
+        }
+        if (r == 4) {
+          while (done.load() < 2 || !one_gone.load()) std::this_thread::yield();
+          try {
+            auto next = comm.shrink();
+            err[r] = "a late rank was let in";
+          } catch (const gsync::error& e) {
+            late_kind = e.kind();
+            late_msg = e.what();
+          }
+        } else if (r == 1) {
+          try {
+            auto next = comm.shrink();
+            err[r] = "rank 1 did not die in its shrink";
+          } catch (const gsync::error&) {  // it "died" there; its communicator closes below
+          }
+        } else {
+          try {
+            auto next = comm.shrink();
+            new_size[r] = next.size();
+            ++done;
+            std::vector<float> w(100, 1.0f);
+            gsync::allreduce(next, std::span<float>{w});
+            if (w[0] != 2.0f) err[r] = "wrong sum " + std::to_string(w[0]);
+            while (done.load() < 3) std::this_thread::yield();  // the new communicator lives until rank 4 is through
+          } catch (const gsync::error&) {
+            ++done;  // rank 4 must not wait for a rank that failed (the checks below report it)
+            throw;
+          }
+        }
+      } catch (const died&) {
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+      if (r == 1) one_gone = true;  // its communicators are closed
+      if (r == 4) ++done;
+    });
+  for (auto& t : th) t.join();
+  for (int r : {2, 3}) {
+    CAPTURE(r);
+    CAPTURE(err[r]);
+    CHECK(err[r].empty());
+    CHECK(new_size[r] == 2);
+  }
+  CAPTURE(late_msg);
+  CHECK(err[1].empty());
+  CHECK(err[4].empty());
+  CHECK(late_kind == gsync::errc::peer_lost);
+  CHECK(late_msg.find("excluded") != std::string::npos);
 }

@@ -355,6 +355,7 @@ class store_core {
     switch (rq.cmd) {
       case cmd_set: {
         const std::string& key = rq.keys[0];
+        if (!lost_.empty() && key.starts_with("gsync/commit/")) return reply(c, st_lost, lost_);  // store_protocol.hpp
         if (std::string no = put(key, std::move(rq.value)); !no.empty()) return refuse(c, "store: refused to set " + no);
         reply(c, st_ok);
         wake(key);

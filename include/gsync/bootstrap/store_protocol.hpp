@@ -22,7 +22,9 @@
 /// A rank whose connection closes without "bye" (killed, crashed, or unwinding after an error) is
 /// lost: the server records `gsync/lost` and answers every pending and later get / wait that is
 /// not satisfied yet with `lost` and the rank, so that no rank waits for a dead one until its
-/// deadline.
+/// deadline. A set of a key under `gsync/commit/` after a loss is answered `lost` and not done:
+/// a barrier that completes by such a set either completes before any loss, for every rank
+/// waiting on it, or for none (transport/mesh/setup.ipp, a shrink's set-up).
 /// The server accepts at most 16 MiB per request, keys of 4 KiB and values of 1 MiB; a request over
 /// a limit on contents is answered `bad` with the reason (bootstrap/store_core.hpp lists them all),
 /// a client that sends anything malformed is disconnected and logged, other clients carry on.

@@ -27,9 +27,7 @@
 /// (core/trace.hpp; `trace()` gives the writer, for spans of the user's own, such as steps).
 ///
 /// Operation numbers are assigned at issue, on the issuing thread, so that issue order is wire
-/// order on every rank. Operations issued inside a `submit()` job (on the engine thread) are
-/// numbered from separate counters (values from 2^63): a collective run inside a job must be run
-/// inside a job on every rank, and a send inside a job must meet a recv inside a job.
+/// order on every rank (core/op_numbering.hpp).
 
 #include <atomic>
 #include <chrono>
@@ -53,8 +51,10 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/core/op_numbering.hpp"
 #include "gsync/core/progress_engine.hpp"
 #include "gsync/core/request.hpp"
+#include "gsync/core/timeout_guard.hpp"
 #include "gsync/core/trace.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/mpi_launch.hpp"
@@ -243,19 +243,6 @@ class communicator {
     quiesce();
     cfg_.timeout = t;
   }
-  /// Restores the previous per-call timeout when it goes out of scope (see `with_timeout`).
-  class timeout_guard {
-   public:
-    timeout_guard(const timeout_guard&) = delete;
-    timeout_guard& operator=(const timeout_guard&) = delete;
-    ~timeout_guard() { c_.call_timeout_ms_.store(prev_, std::memory_order_relaxed); }
-
-   private:
-    friend class communicator;
-    timeout_guard(communicator& c, std::int64_t prev) : c_(c), prev_(prev) {}
-    communicator& c_;
-    std::int64_t prev_;
-  };
   /// Per-call timeout: operations issued on this communicator while the returned guard lives
   /// (synchronous or asynchronous) use `t` instead of the communicator's timeout; the guard's end
   /// restores the previous value (guards nest). Unlike `set_timeout`, it never waits for pending
@@ -265,7 +252,7 @@ class communicator {
   /// \endcode
   [[nodiscard]] timeout_guard with_timeout(std::chrono::milliseconds t) {
     if (t.count() <= 0) throw error(errc::invalid_argument, "with_timeout: timeout must be positive");
-    return timeout_guard(*this, call_timeout_ms_.exchange(t.count(), std::memory_order_relaxed));
+    return timeout_guard(call_timeout_ms_, call_timeout_ms_.exchange(t.count(), std::memory_order_relaxed));
   }
   /// The timeout an operation issued now gets: the innermost `with_timeout`, else the communicator's.
   std::chrono::milliseconds issue_timeout() const noexcept {
@@ -337,10 +324,7 @@ class communicator {
   /// Numbers a new collective operation (identical on every rank that issues the same sequence
   /// of collectives). Called at issue, on the issuing thread; inside a submit() job (on the
   /// engine thread) the numbers come from the jobs' own counter (from 2^63).
-  std::uint64_t next_seq() noexcept {
-    if (in_job()) return in_job_bit | ++job_seq_;
-    return ++seq_;
-  }
+  std::uint64_t next_seq() noexcept { return numbers_.collective(in_job()); }
   /// Numbers a new collective and records the timeout in force (see `next_seq`, `issue_timeout`).
   op_ticket next_op() { return {next_seq(), issue_timeout()}; }
   /// Numbers the next point-to-point message to `peer`, with the timeout in force.
@@ -351,16 +335,10 @@ class communicator {
   /// Numbers the next point-to-point message this rank sends to `peer` (1, 2, ...). Point-to-point
   /// traffic involves two ranks only, so it never advances the collective sequence (`next_seq`).
   /// \param peer a valid rank other than this one.
-  std::uint64_t next_p2p_send_seq(int peer) {
-    if (in_job()) return in_job_bit | ++p2p_seq(job_p2p_, peer).sent;
-    return ++p2p_seq(p2p_, peer).sent;
-  }
+  std::uint64_t next_p2p_send_seq(int peer) { return numbers_.send(peer, size(), in_job()); }
   /// Numbers the next point-to-point message this rank expects from `peer` (1, 2, ...): the n-th
   /// recv from a peer matches that peer's n-th send to this rank.
-  std::uint64_t next_p2p_recv_seq(int peer) {
-    if (in_job()) return in_job_bit | ++p2p_seq(job_p2p_, peer).received;
-    return ++p2p_seq(p2p_, peer).received;
-  }
+  std::uint64_t next_p2p_recv_seq(int peer) { return numbers_.recv(peer, size(), in_job()); }
   /// Deadline of the running operation: its start (`set_running_since`; now when none runs) plus
   /// its timeout (set by `set_running_timeout` when it started), else the communicator's. Reusing
   /// the start saves a clock read per operation, a noticeable part of a small same-host allreduce
@@ -471,16 +449,6 @@ class communicator {
       if constexpr (requires { f.skipped(); }) f.skipped();
     }
   };
-  static constexpr std::uint64_t in_job_bit = std::uint64_t{1} << 63;  // numbers of operations inside jobs
-
-  struct p2p_counters {
-    std::uint64_t sent = 0;
-    std::uint64_t received = 0;
-  };
-  p2p_counters& p2p_seq(std::vector<p2p_counters>& v, int peer) {
-    if (v.empty()) v.resize(static_cast<std::size_t>(size()));  // once per communicator
-    return v[static_cast<std::size_t>(peer)];
-  }
   bool in_job() const noexcept { return engine_ && engine_->on_engine_thread(); }
 
   // Waits until no asynchronous work is pending (bounded per operation by its deadline).
@@ -499,11 +467,8 @@ class communicator {
     cfg_ = std::move(o.cfg_);
     log_ = o.log_;
     local_rank_ = o.local_rank_;
-    seq_ = o.seq_;
-    job_seq_ = o.job_seq_;
+    numbers_ = std::move(o.numbers_);
     splits_ = o.splits_;
-    p2p_ = std::move(o.p2p_);
-    job_p2p_ = std::move(o.job_p2p_);
     logged_shapes_ = std::move(o.logged_shapes_);
     allreduce_choices_ = o.allreduce_choices_;
     call_timeout_ms_.store(o.call_timeout_ms_.load());
@@ -524,11 +489,8 @@ class communicator {
   config cfg_;
   logger log_;
   int local_rank_ = 0;
-  std::uint64_t seq_ = 0;
-  std::uint64_t job_seq_ = 0;          // collectives inside submit() jobs (engine thread only)
+  detail::op_numbering numbers_;       // collectives' and messages' numbers (core/op_numbering.hpp)
   std::uint64_t splits_ = 0;           // split() calls so far (part of the new communicators' ids)
-  std::vector<p2p_counters> p2p_;      // per peer, for send/recv
-  std::vector<p2p_counters> job_p2p_;  // per peer, for send/recv inside submit() jobs
   std::vector<std::string> logged_shapes_;
   detail::choice_memo allreduce_choices_;
   std::atomic<std::int64_t> call_timeout_ms_{0};   // with_timeout (0: none); read at issue

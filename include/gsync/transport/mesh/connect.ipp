@@ -58,7 +58,8 @@ inline void host_mesh::connect_at_start(deadline dl) {
 
 // Dials lower rank `peer` (see the file comment) and attaches the connection to its TCP link. At
 // start-up a refused connection is retried (the peer may not listen yet); later the peer's
-// listener is known to be up, so a refusal means it is gone.
+// listener is known to be up, so a refusal means it is gone; so it does in a shrink's set-up,
+// whose members all listen before they publish their records (shrink.ipp).
 inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
   const bootstrap::rank_record& r = records_[static_cast<std::size_t>(peer)];
   const std::string who = "rank " + std::to_string(peer);
@@ -68,7 +69,7 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
   const asio::ip::tcp::endpoint ep(addr, r.port);
   std::unique_ptr<detail::net::tcp_socket> s;
   try {
-    s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start));
+    s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start && !rec_.rejoining));
     tune(*s);
     bootstrap::auth::client_handshake(s->native_handle(), key_, dl, who);
     hello h;

@@ -404,11 +404,13 @@ class host_mesh {
     std::uint16_t store_port = 0;                      // where it serves it
     std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
   };
-  struct shrink_round {  // one attempt of a shrink
+  struct shrink_round {  // the communicator a shrink is for
     const std::vector<int>& group;  // the communicator's ranks (ranks of this endpoint), in its order
     int me;                         // this rank's place in it
-    std::string prefix;             // the attempt's keys in the agreement store
+    std::string prefix;             // its keys in the agreement store
+    std::uint64_t comm;             // its identity
   };
+  void close_agreement(std::uint64_t comm, bool done) noexcept;
   shrink_agreement agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl);
   shrink_agreement coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl);
   bootstrap::store_server& recovery_store();

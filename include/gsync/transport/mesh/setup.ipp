@@ -53,7 +53,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)), dial_timeout_(timeout) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   bootstrap::launch_info li = given;  // with the store's address, once shared
-  if (rj) rec_.predecessor = rj->keep;
+  if (rj) rec_.predecessor = rj->keep, rec_.rejoining = true;
   if (key) {
     key_ = *key;
   } else if (li.share_store) {
@@ -137,7 +137,15 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
         if (e.kind() != errc::timeout) throw;
         std::vector<int> missing;
         const std::string which = missing_ranks(keys, &missing);
+        std::erase(missing, 0);  // never the coordinator: it serves this store (if it were gone, so would the store be)
         if (rj && joined_by < dl && !missing.empty()) {
+          // The others may fail first because this rank does (the store's lost-rank rule): they
+          // read whom it found missing here, so that every member leaves out the same ranks.
+          try {
+            std::set<int> m(missing.begin(), missing.end());
+            store_->set("gsync/missing", detail_shrink::join_ranks(m), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+          } catch (const error&) {
+          }
           rj->lost.insert(missing.begin(), missing.end());
           throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": shrink: " + which + " within " +
                                            std::to_string(rj->join_within.count()) + " ms of the agreement (they died during the shrink)");
@@ -225,12 +233,14 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       const auto& next = records_[static_cast<std::size_t>((rank_ + 1) % size_)];
       hb_->ring(next.address, next.heartbeat_port, nonce_, [this](const heartbeat::news& n) { on_heartbeat(n); });
     }
+    rec_.rejoining = false;
     if (rj) {
       // A shrink's set-up is all or nothing: every member waits until all have set up. A member
-      // lost before then fails every wait here (the store's lost-rank rule), so that no member
-      // goes on with an endpoint the others have given up (shrink.ipp).
-      if (store_->add("gsync/settled", 1, dl) == size_) store_->set("gsync/settled_all", "1", dl);
-      store_->wait({"gsync/settled_all"}, dl);
+      // lost before the last one arrives fails every wait here, the last one's commit included
+      // (the store refuses a `gsync/commit/` key after a loss: bootstrap/store_protocol.hpp), so
+      // that no member goes on with an endpoint the others have given up (shrink.ipp).
+      if (store_->add("gsync/settled", 1, dl) == size_) store_->set("gsync/commit/settled", "1", dl);
+      store_->wait({"gsync/commit/settled"}, dl);
     }
   } catch (const error& raised) {
     // Out of descriptors: say which limit and how to raise it, here and to the others.
@@ -254,12 +264,12 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
       }
       if (store_) {
         if (const auto r = records::rank_lost(lost_rank()); r && *r != rank_ && *r < size_) rj->lost.insert(*r);
-        if (records_.empty()) {  // another member gave up on the missing ones first: which were they
-          std::vector<std::string> keys{"gsync/nonce"};
-          for (int j = 0; j < size_; ++j) keys.push_back(bootstrap::rank_record_key(j));
-          std::vector<int> missing;
-          missing_ranks(keys, &missing);
-          rj->lost.insert(missing.begin(), missing.end());
+        try {  // another member found some missing first: which (see above)
+          const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+          std::vector<int> m;
+          if (store_->check("gsync/missing", d) && detail_shrink::parse_ranks(store_->get("gsync/missing", d), size_, m))
+            rj->lost.insert(m.begin(), m.end());
+        } catch (const error&) {
         }
       }
       rj->lost.erase(rank_);

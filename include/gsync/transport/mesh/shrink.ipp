@@ -12,50 +12,33 @@
 ///     reported). The coordinator is the communicator's lowest rank not known dead.
 ///   - Every rank opened a recovery listener at set-up and published its port in its set-up record.
 ///     The first time a rank coordinates, it serves an agreement store there, kept for the
-///     endpoint's life. The others connect to it (`GSYNC_LIVENESS_S` to connect, else they count
-///     it dead and try the next lowest), and each records "rank + the ranks it knows dead".
+///     endpoint's life (keys per communicator: "shrink/COMM/..."). The others connect to it
+///     (`GSYNC_LIVENESS_S` to connect, else they count it dead and try the next lowest), take a
+///     join slot and record "rank + the ranks it knows dead" in it.
 ///   - The coordinator waits until every rank has joined or is known dead to someone, or for
 ///     twice the liveness time, then decides the members: the ranks that joined, minus every rank
-///     any of them knows dead. It starts a fresh store for the new endpoint and publishes its port
-///     with the members. A rank that joins later, or is on someone's dead list, is told it was
-///     excluded (errc::peer_lost). A coordinator that dies before publishing is counted dead by
-///     the others, who move on to the next lowest rank.
+///     any of them knows dead. It starts a fresh store for the new endpoint and answers every
+///     join slot taken since its last decision with that store's port and the members. A rank on
+///     someone's dead list, or that joins after the decision, is told it was excluded
+///     (errc::peer_lost). A coordinator that dies before answering is counted dead by the
+///     others, who move on to the next lowest rank (a slot, not a round number, ties a join to
+///     its answer, so a rank that never heard a decision joins the next coordinator like any).
 ///   - The members set up the new endpoint through that store, as at start-up (the coordinator is
 ///     its rank 0), with two differences (`rejoin`): a member whose set-up record is not in the
 ///     store within the liveness time of the decision died meanwhile, and the set-up is all or
-///     nothing (every member waits for every other at its end).
-///   - If a member dies during that set-up, every member's set-up fails; they agree again (the
-///     next round), without the ranks the failed set-up found missing or lost, while the
-///     deadline allows. A coordinator lost there is found dead when the others try it again.
+///     nothing (every member waits for every other at its end; the last one's commit is refused
+///     once a member is lost).
+///   - If a member dies during that set-up, every member's set-up fails; they agree again without
+///     the ranks the failed set-up found missing or lost, while the deadline allows. A
+///     coordinator lost there is found dead when the others try it again.
+///   - When its shrink ends, a rank closes its agreement store for the communicator: a join there
+///     is answered at once rather than left waiting, "closed" (out: the others went on) when it
+///     set up, "gone" (try the next rank) when it gave up.
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
-
-#include <charconv>
-#include <set>
 
 #include "gsync/transport/mesh/host_mesh.hpp"
 
 namespace gsync::transport {
-
-namespace detail_shrink {
-// "a b c" -> {a, b, c}, each in [0, n); false on anything else (the store is not trusted).
-inline bool parse_ranks(std::string_view s, int n, std::vector<int>& out) {
-  while (!s.empty()) {
-    const auto sp = s.find(' ');
-    const std::string_view t = s.substr(0, sp);
-    int v = -1;
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (t.empty() || ec != std::errc{} || end != t.data() + t.size() || v < 0 || v >= n) return false;
-    out.push_back(v);
-    s = sp == std::string_view::npos ? std::string_view{} : s.substr(sp + 1);
-  }
-  return true;
-}
-inline std::string join_ranks(const std::set<int>& r) {
-  std::string s;
-  for (int v : r) s += (s.empty() ? "" : " ") + std::to_string(v);
-  return s;
-}
-}  // namespace detail_shrink
 
 // The agreement store this rank serves on its recovery listener, started the first time it
 // coordinates and kept for the endpoint's life (every later round and communicator uses it).
@@ -70,8 +53,8 @@ inline bootstrap::store_server& host_mesh::recovery_store() {
   return *rec_.server;
 }
 
-// The coordinator's side (see the file comment): collects the joins in its agreement store,
-// decides, starts the new endpoint's store and publishes both.
+// The coordinator's side (see the file comment): collects the joins not answered yet in its
+// agreement store, decides, starts the new endpoint's store and answers each join with both.
 inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl) {
   const int g = static_cast<int>(sr.group.size());
   bootstrap::store_server& agreement = recovery_store();
@@ -79,15 +62,21 @@ inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_rou
   a.coordinator = sr.me;
   const auto& me = records_[static_cast<std::size_t>(rank_)];
   bootstrap::store_client sc(me.address, agreement.port(), dl, key_, liveness());
+  sc.set(sr.prefix + "closed", "open", dl);  // (again) deciding
+  std::int64_t& served = rec_.served[sr.comm];  // join slots answered by earlier decisions
+  std::int64_t seen = served;
+  std::set<std::int64_t> pending;  // join slots taken whose record has not arrived (its rank may have died in between)
   std::set<int> joined{sr.me};
   std::string seen_by;  // "R D1 D2": rank R saw ranks D1, D2 die (for the log)
-  std::int64_t seen = 0;
   const auto until = std::min(dl, std::chrono::steady_clock::now() + 2 * liveness());
   for (;;) {
     const std::int64_t n = sc.add(sr.prefix + "n", 0, dl);
-    if (n > seen) {
-      std::vector<std::string> keys;
-      for (std::int64_t i = seen; i < n; ++i) keys.push_back(sr.prefix + "join/" + std::to_string(i));
+    for (; seen < n; ++seen) pending.insert(seen);
+    std::vector<std::string> keys;
+    std::vector<std::int64_t> slots;
+    for (auto i : pending)
+      if (sc.check(sr.prefix + "join/" + std::to_string(i), dl)) keys.push_back(sr.prefix + "join/" + std::to_string(i)), slots.push_back(i);
+    if (!keys.empty()) {
       for (const auto& v : sc.get_many(keys, dl)) {
         std::vector<int> r;
         if (!detail_shrink::parse_ranks(v, g, r) || r.empty())
@@ -96,7 +85,7 @@ inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_rou
         dead.insert(r.begin() + 1, r.end());
         if (r.size() > 1) seen_by += (seen_by.empty() ? "" : "; ") + v;
       }
-      seen = n;
+      for (auto i : slots) pending.erase(i);
     }
     dead.erase(sr.me);
     bool all = true;
@@ -112,8 +101,9 @@ inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_rou
   // answer the next one's waits.
   a.server = std::make_unique<bootstrap::store_server>(me.address, 0, log_, key_, store_limits());
   a.store_port = a.server->port();
-  sc.set(sr.prefix + "store", std::to_string(a.store_port), dl);
-  sc.set(sr.prefix + "members", detail_shrink::join_ranks(members), dl);
+  const std::string decision = std::to_string(a.store_port) + " " + detail_shrink::join_ranks(members);
+  for (std::int64_t i = served; i < seen; ++i) sc.set(sr.prefix + "decision/" + std::to_string(i), decision, dl);
+  served = seen;
   std::string gone;
   for (int r = 0; r < g; ++r)
     if (!members.count(r)) gone += (gone.empty() ? "" : ", ") + std::to_string(r);
@@ -121,6 +111,27 @@ inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_rou
             std::to_string(g) + " ranks go on" + (gone.empty() ? "" : ", without " + gone) +
             (seen_by.empty() ? "" : " (rank and the ranks it saw die: " + seen_by + ")"));
   return a;
+}
+
+// After this rank's part in a shrink of communicator `comm` ended: no decision will come from its
+// agreement store any more. Joins waiting there are answered, and a later one sees the mark at
+// once, so that no rank waits for a decision until its deadline: "closed" when this rank set up
+// the new endpoint (the joiner is out: the others went on without it), "gone" when it gave up
+// (the joiner tries the next rank, as if this one had died). The mark goes up before the slots
+// are counted: a join either took its slot before (and is answered) or sees the mark.
+inline void host_mesh::close_agreement(std::uint64_t comm, bool done) noexcept {
+  if (!rec_.server) return;
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    const std::string p = detail_shrink::prefix(comm);
+    bootstrap::store_client sc(records_[static_cast<std::size_t>(rank_)].address, rec_.server->port(), d, key_, liveness());
+    const std::string mark(done ? detail_shrink::closed : detail_shrink::gone);
+    sc.set(p + "closed", mark, d);
+    std::int64_t& served = rec_.served[comm];
+    const std::int64_t n = sc.add(p + "n", 0, d);
+    for (; served < n; ++served) sc.set(p + "decision/" + std::to_string(served), mark, d);
+  } catch (...) {  // best effort: such a rank then waits for its deadline
+  }
 }
 
 // Finds the coordinator (the lowest rank not known dead that answers) and takes part in the
@@ -137,22 +148,32 @@ inline host_mesh::shrink_agreement host_mesh::agree_survivors(const shrink_round
     const auto& rc = records_[static_cast<std::size_t>(sr.group[static_cast<std::size_t>(c)])];
     shrink_agreement a;
     a.coordinator = c;
+    bool out = false;  // the coordinator has closed its agreement: this rank is out (not a reason to try the next rank)
     try {
       if (rc.recovery_port == 0) throw error(errc::peer_lost, "it published no recovery listener");
       bootstrap::store_client sc(rc.address, rc.recovery_port, dl, key_, live, std::min(dl, std::chrono::steady_clock::now() + live));
-      const std::int64_t idx = sc.add(sr.prefix + "n", 1, dl) - 1;
-      sc.set(sr.prefix + "join/" + std::to_string(idx), std::to_string(sr.me) + (dead.empty() ? "" : " " + detail_shrink::join_ranks(dead)), dl);
+      const std::int64_t slot = sc.add(sr.prefix + "n", 1, dl) - 1;
+      testing::shrink_stage(sr.me, "slot");
+      sc.set(sr.prefix + "join/" + std::to_string(slot), std::to_string(sr.me) + (dead.empty() ? "" : " " + detail_shrink::join_ranks(dead)), dl);
       testing::shrink_stage(sr.me, "joined");
-      const auto v = sc.get_many({sr.prefix + "members", sr.prefix + "store"}, dl);
+      std::string v;
+      if (sc.check(sr.prefix + "closed", dl)) v = sc.get(sr.prefix + "closed", dl);  // see close_agreement
+      if (v != detail_shrink::closed && v != detail_shrink::gone) v = sc.get(sr.prefix + "decision/" + std::to_string(slot), dl);
+      if (v == detail_shrink::gone) throw error(errc::peer_lost, "it gave up its shrink");
+      if (v == detail_shrink::closed) {
+        out = true;
+        throw error(errc::peer_lost, "rank " + std::to_string(sr.me) + ": shrink: excluded: rank " + std::to_string(c) +
+                                         " no longer decides (the others went on without this rank, or it gave up)");
+      }
+      const auto sp = v.find(' ');
       unsigned port = 0;
-      const auto [end, ec] = std::from_chars(v[1].data(), v[1].data() + v[1].size(), port);
-      if (!detail_shrink::parse_ranks(v[0], g, a.members) || a.members.empty() || a.members[0] != c || ec != std::errc{} ||
-          end != v[1].data() + v[1].size() || port == 0 || port > 65535)
-        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": shrink: bad decision '" + v[0].substr(0, 100) + "' / '" +
-                                        v[1].substr(0, 20) + "' from rank " + std::to_string(c));
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + (sp == std::string::npos ? v.size() : sp), port);
+      if (sp == std::string::npos || ec != std::errc{} || end != v.data() + sp || port == 0 || port > 65535 ||
+          !detail_shrink::parse_ranks(std::string_view(v).substr(sp + 1), g, a.members) || a.members.empty() || a.members[0] != c)
+        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": shrink: bad decision '" + v.substr(0, 100) + "' from rank " + std::to_string(c));
       a.store_port = static_cast<std::uint16_t>(port);
     } catch (const error& e) {
-      if (e.kind() == errc::mismatch || e.kind() == errc::auth_failed || e.kind() == errc::invalid_argument) throw;
+      if (out || e.kind() == errc::mismatch || e.kind() == errc::auth_failed || e.kind() == errc::invalid_argument) throw;
       if (std::chrono::steady_clock::now() >= dl)
         throw error(errc::timeout, "rank " + std::to_string(rank_) + ": shrink: no coordinator answered before the deadline (" + tried +
                                        "rank " + std::to_string(c) + ": " + e.what() + ")");
@@ -184,7 +205,11 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
   // heartbeat reported, then those lost in a failed attempt.
   std::set<int> known;
   {
-    std::set<int> job = dead_;
+    std::set<int> job;
+    {
+      call_lock g(*this);  // fail() adds to dead_ under it (another communicator's thread)
+      job = dead_;
+    }
     {
       std::lock_guard lk(hb_m_);
       job.insert(hb_dead_.begin(), hb_dead_.end());
@@ -192,17 +217,24 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
     for (std::size_t i = 0; i < group.size(); ++i)
       if (job.count(group[i])) known.insert(static_cast<int>(i));
   }
+  struct closing {  // whatever ends this call, this rank decides nothing more for `comm`
+    host_mesh& m;
+    std::uint64_t comm;
+    bool done = false;
+    ~closing() { m.close_agreement(comm, done); }
+  } close_at_end{*this, comm};
+  const shrink_round sr{group, me, detail_shrink::prefix(comm), comm};
   for (std::size_t attempt = 1;; ++attempt) {
-    const shrink_round sr{group, me, "shrink/" + std::to_string(comm) + "/" + std::to_string(rec_.rounds[comm]++) + "/"};
     shrink_agreement a = agree_survivors(sr, known, dl);
     testing::shrink_stage(me, "agreed");
     bootstrap::launch_info li;
     const auto& mine = records_[static_cast<std::size_t>(rank_)];
+    bool placed = false;
     for (std::size_t i = 0; i < a.members.size(); ++i) {
       const int r = group[static_cast<std::size_t>(a.members[i])];
-      if (r == rank_) li.rank = static_cast<int>(i);
+      if (r == rank_) li.rank = static_cast<int>(i), placed = true;
       if (records_[static_cast<std::size_t>(r)].host == mine.host) {
-        if (r < rank_) ++li.local_rank;
+        if (!placed) ++li.local_rank;  // same-host members before this one, in the new order
         ++li.local_size;
       }
     }
@@ -221,6 +253,7 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
       log_.info("shrink: rank " + std::to_string(me) + " is rank " + std::to_string(li.rank) + " of " + std::to_string(li.size) + " after " +
                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) + " ms" +
                 (attempt > 1 ? " and " + std::to_string(attempt) + " attempts" : ""));
+      close_at_end.done = true;
       return next;
     } catch (const error& e) {
       // A member lost while the new endpoint set up (after the agreement): every member's set-up

@@ -8,12 +8,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "gsync/bootstrap/store_server.hpp"
 
@@ -21,14 +25,39 @@ namespace gsync::transport {
 
 namespace testing {
 /// Test seam: when set, called on the shrinking thread at the named stages of a shrink with the
-/// rank's number in the communicator being shrunk: "joined" (its join is recorded, the decision
-/// not read yet) and "agreed" (the members are known, the new endpoint not set up yet). Tests make
+/// rank's number in the communicator being shrunk: "slot" (a join slot taken, the join not
+/// recorded yet), "joined" (its join is recorded, the decision not read yet) and "agreed" (the
+/// members are known, the new endpoint not set up yet). Tests make
 /// a rank die there (tests/test_shrink.cpp, tests/mp_faults.cpp). Null unless a test sets it.
 inline std::atomic<void (*)(int rank, const char* stage)> shrink_stage_hook{nullptr};
 inline void shrink_stage(int rank, const char* stage) {
   if (auto* f = shrink_stage_hook.load(std::memory_order_acquire)) f(rank, stage);
 }
 }  // namespace testing
+
+namespace detail_shrink {  // the agreement's records (shrink.ipp)
+// "a b c" -> {a, b, c}, each in [0, n); false on anything else (the store is not trusted).
+inline bool parse_ranks(std::string_view s, int n, std::vector<int>& out) {
+  while (!s.empty()) {
+    const auto sp = s.find(' ');
+    const std::string_view t = s.substr(0, sp);
+    int v = -1;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc{} || end != t.data() + t.size() || v < 0 || v >= n) return false;
+    out.push_back(v);
+    s = sp == std::string_view::npos ? std::string_view{} : s.substr(sp + 1);
+  }
+  return true;
+}
+// The answers to a join its coordinator will not decide (see host_mesh::close_agreement).
+inline constexpr std::string_view closed = "closed", gone = "gone";
+inline std::string prefix(std::uint64_t comm) { return "shrink/" + std::to_string(comm) + "/"; }
+inline std::string join_ranks(const std::set<int>& r) {
+  std::string s;
+  for (int v : r) s += (s.empty() ? "" : " ") + std::to_string(v);
+  return s;
+}
+}  // namespace detail_shrink
 
 /// How the set-up of a shrink's new endpoint differs from the job's start (shrink.ipp).
 struct rejoin {
@@ -47,7 +76,8 @@ struct shrink_state {
   int listen_fd = -1;  // the recovery listener, until this rank first coordinates (then the server's)
   std::shared_ptr<bootstrap::store_server> server;       // the agreement store this rank serves there
   std::shared_ptr<bootstrap::store_server> predecessor;  // the agreement store of the shrink that made this endpoint
-  std::map<std::uint64_t, int> rounds;                    // per communicator: the next round's number
+  std::map<std::uint64_t, std::int64_t> served;           // per communicator: join slots answered here
+  bool rejoining = false;                                 // this endpoint is a shrink's, setting up
   std::mutex m;                                           // one shrink at a time on this endpoint
 
   shrink_state() = default;

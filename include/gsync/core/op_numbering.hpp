@@ -1,0 +1,43 @@
+#pragma once
+/// \file
+/// How a communicator numbers its operations (core/communicator.hpp). Every rank that issues the
+/// same sequence of collectives gives them the same numbers, which travel in each frame's
+/// fingerprint (mismatch and stall reports name them). Point-to-point messages are numbered per
+/// peer and direction, so that they never advance the collective sequence: the n-th recv from a
+/// peer matches that peer's n-th send to this rank. Operations issued inside a submit() job (on the
+/// engine thread) come from counters of their own, with the top bit set (from 2^63), so a
+/// collective run inside a job must be run inside a job on every rank.
+
+#include <cstdint>
+#include <vector>
+
+namespace gsync::detail {
+
+class op_numbering {
+ public:
+  /// The top bit of the numbers of operations issued inside submit() jobs.
+  static constexpr std::uint64_t in_job_bit = std::uint64_t{1} << 63;
+
+  /// The next collective's number.
+  std::uint64_t collective(bool in_job) noexcept { return in_job ? in_job_bit | ++job_seq_ : ++seq_; }
+  /// The next message's number to `peer` of `size` ranks (1, 2, ...).
+  std::uint64_t send(int peer, int size, bool in_job) { return (in_job ? in_job_bit : 0) | ++at(in_job ? job_p2p_ : p2p_, peer, size).sent; }
+  /// The next message's number expected from `peer` of `size` ranks (1, 2, ...).
+  std::uint64_t recv(int peer, int size, bool in_job) { return (in_job ? in_job_bit : 0) | ++at(in_job ? job_p2p_ : p2p_, peer, size).received; }
+
+ private:
+  struct pair_counts {
+    std::uint64_t sent = 0;
+    std::uint64_t received = 0;
+  };
+  static pair_counts& at(std::vector<pair_counts>& v, int peer, int size) {
+    if (v.empty()) v.resize(static_cast<std::size_t>(size));  // once per communicator
+    return v[static_cast<std::size_t>(peer)];
+  }
+  std::uint64_t seq_ = 0;
+  std::uint64_t job_seq_ = 0;            // collectives inside submit() jobs (engine thread only)
+  std::vector<pair_counts> p2p_;         // per peer, for send/recv
+  std::vector<pair_counts> job_p2p_;     // per peer, for send/recv inside submit() jobs
+};
+
+}  // namespace gsync::detail
