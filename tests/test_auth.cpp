@@ -20,6 +20,10 @@
 #include <fstream>
 
 #include "support/env.hpp"
+#include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/interface.hpp"
+#include "gsync/bootstrap/rank_record.hpp"
+#include "gsync/bootstrap/store.hpp"
 #include "support/world.hpp"
 
 using namespace std::chrono_literals;

@@ -6,6 +6,10 @@
 #include <thread>
 
 #include "support/world.hpp"
+#include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/interface.hpp"
+#include "gsync/bootstrap/rank_record.hpp"
+#include "gsync/bootstrap/store.hpp"
 
 using namespace std::chrono_literals;
 using gsync::bootstrap::launch_info;

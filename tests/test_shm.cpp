@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/env.hpp"
+#include "gsync/transport/shm.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "gsync/transport/mesh/shrink_state.hpp"
+#include "gsync/transport/mesh/records.hpp"
 #include "support/world.hpp"
 
 using namespace std::chrono_literals;

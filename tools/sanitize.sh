@@ -100,6 +100,10 @@ tsan_filter=("-tce=shm: same-host ranks use shared memory*,device collectives ov
 # GSYNC_SANITIZE_DEBUG=-g to have it anyway).
 debug=${GSYNC_SANITIZE_DEBUG:--g1}
 common=(-std=c++20 "$debug" -fno-omit-frame-pointer -DGSYNC_TEST_SANITIZE -DASIO_STANDALONE -DASIO_NO_DEPRECATED -Iinclude -Itests)
+# Separate compilation, as CMake's gsync_tests: the set-up code (src/gsync.cpp) is compiled once
+# per build, with the same sanitizer, instead of in every test file (most of a file's compile at
+# -O0: benchmarks/results/from_code_comments.md). GSYNC_SANITIZE_HEADER_ONLY=1 compiles it in each.
+[ "${GSYNC_SANITIZE_HEADER_ONLY:-0}" = 1 ] || common+=(-DGSYNC_SEPARATE_COMPILATION=1)
 asan_flags=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 tsan_flags=(-fsanitize=thread)
 supp=tests/sanitize_suppressions
@@ -221,6 +225,8 @@ for ((i = 0; i < n; i++)); do
   done
 done
 for s in "${sans[@]}"; do queue+=("$s test_main"); done
+# The set-up code first: one of the longest compiles.
+[ "${GSYNC_SANITIZE_HEADER_ONLY:-0}" = 1 ] || for s in "${sans[@]}"; do queue=("$s gsync_src" "${queue[@]}"); done
 
 compile_failed=0
 t_build=$(date +%s)
@@ -268,21 +274,22 @@ if [ "${GSYNC_SANITIZE_PCH:-1}" = 1 ]; then
 fi
 
 start_compile() {  # start_compile SAN TEST: compiles in the background unless the object is fresh
-  local s=$1 t=$2 c flags b cmd opt pch=()
+  local s=$1 t=$2 c flags b cmd opt pch=() src="tests/$2.cpp"
   san_setup "$s"
-  [ "$t" != test_main ] && [ -n "${pch_use[$s]:-}" ] && read -r -a pch <<<"${pch_use[$s]}"
-  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} ${pch[*]} -c tests/$t.cpp"
+  [ "$t" = gsync_src ] && src=src/gsync.cpp  # the set-up code (separate compilation)
+  [ "$t" != test_main ] && [ "$t" != gsync_src ] && [ -n "${pch_use[$s]:-}" ] && read -r -a pch <<<"${pch_use[$s]}"
+  cmd="$c ${common[*]} $opt ${inc[*]} ${flags[*]} ${pch[*]} -c $src"
   # An object older than the header it was compiled with is stale too.
   [ ${#pch[@]} -gt 0 ] && [ "${pch_file[$s]}" -nt "$b/$t.o" ] && rm -f "$b/$t.cmd"
   stale "$b/$t.o" "$b/$t.d" "$b/$t.cmd" "$cmd" || return 0
   rm -f "$b/$t.o" "$b/$t.cmd"
   (
     s0=$(date +%s)
-    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" "${pch[@]}" -MMD -MF "$b/$t.d" -c "tests/$t.cpp" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
+    if "$c" "${common[@]}" "$opt" "${inc[@]}" "${flags[@]}" "${pch[@]}" -MMD -MF "$b/$t.d" -c "$src" -o "$b/$t.o" >"$b/$t.log" 2>&1; then
       printf '%s\n' "$cmd" >"$b/$t.cmd"  # written only on success: marks the object as good
       echo "sanitize: $s $t.o ($(( $(date +%s) - s0 )) s)"
     else
-      echo "sanitize: $s: tests/$t.cpp does not compile with $c:"
+      echo "sanitize: $s: $src does not compile with $c:"
       head -30 "$b/$t.log"
     fi
   ) &
@@ -302,6 +309,7 @@ for s in "${sans[@]}"; do
   if [ "$s" = asan ]; then c=$cxx_asan; flags=("${asan_flags[@]}"); list=("${asan_tests[@]}"); else c=$cxx_tsan; flags=("${tsan_flags[@]}"); list=("${tsan_tests[@]}"); fi
   b="$out/build-$s"
   objs=("$b/test_main.o")
+  [ "${GSYNC_SANITIZE_HEADER_ONLY:-0}" = 1 ] || objs+=("$b/gsync_src.o")
   for t in "${list[@]}"; do objs+=("$b/$t.o"); done
   if ! "$c" "${flags[@]}" "${objs[@]}" -o "$b/gsync_${s}_tests" "${libs[@]}" >"$b/link.log" 2>&1; then
     echo "sanitize: $s: link failed:"; head -30 "$b/link.log"; exit 1
