@@ -33,6 +33,21 @@ struct die_at {
   ~die_at() { gsync::transport::testing::shrink_stage_hook = nullptr; }
 };
 
+// Rank r of n joins (host `host`) and takes part in one allreduce; rank `first` then dies (throws
+// `died`), and the others return once an allreduce has failed with peer_lost for it.
+gsync::tcp_communicator join_and_lose(int r, int n, std::uint16_t port, const std::string& host, const gsync::config& cfg, int first) {
+  auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, host), cfg);
+  std::vector<float> v(100, 1.0f);
+  gsync::allreduce(comm, std::span<float>{v});
+  if (r == first) throw died{};
+  try {
+    gsync::allreduce(comm, std::span<float>{v});
+  } catch (const gsync::error& e) {
+    if (e.kind() != gsync::errc::peer_lost) throw;
+  }
+  return comm;
+}
+
 // n ranks (host of rank r: host_of(r)); `victim` dies after one good allreduce; the survivors
 // fail their next allreduce, shrink, check the new numbering and reduce again.
 void shrink_after_death(int n, int victim, std::function<std::string(int)> host_of, gsync::config cfg) {
@@ -178,15 +193,7 @@ void die_during_shrink(int n, int victim, const char* stage) {
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "dshrink-host-" + std::to_string(r)), cfg);
-        std::vector<float> v(100, 1.0f);
-        gsync::allreduce(comm, std::span<float>{v});
-        if (r == 1) throw died{};
-        try {
-          gsync::allreduce(comm, std::span<float>{v});
-        } catch (const gsync::error& e) {
-          if (e.kind() != gsync::errc::peer_lost) throw;
-        }
+        auto comm = join_and_lose(r, n, port, "dshrink-host-" + std::to_string(r), cfg, 1);
         std::optional<gsync::tcp_communicator> next;
         try {
           next.emplace(comm.shrink());
@@ -308,15 +315,7 @@ TEST_CASE("shrink: a rank that arrives after the others went on is told it is ou
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "late2-host-" + std::to_string(r)), cfg);
-        std::vector<float> v(100, 1.0f);
-        gsync::allreduce(comm, std::span<float>{v});
-        if (r == 0) throw died{};
-        try {
-          gsync::allreduce(comm, std::span<float>{v});
-        } catch (const gsync::error& e) {
-          if (e.kind() != gsync::errc::peer_lost) throw;
-        }
+        auto comm = join_and_lose(r, n, port, "late2-host-" + std::to_string(r), cfg, 0);
         if (r == 4) {
           while (done.load() < 2 || !one_gone.load()) std::this_thread::yield();
           try {

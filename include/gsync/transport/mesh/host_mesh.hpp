@@ -398,18 +398,7 @@ class host_mesh {
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
 
   // Shrinking to the survivors (shrink.ipp).
-  struct shrink_agreement {
-    std::vector<int> members;                          // ranks in the communicator shrunk, ascending
-    int coordinator = -1;                              // the lowest of them, which serves the new store
-    std::uint16_t store_port = 0;                      // where it serves it
-    std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
-  };
-  struct shrink_round {  // the communicator a shrink is for
-    const std::vector<int>& group;  // the communicator's ranks (ranks of this endpoint), in its order
-    int me;                         // this rank's place in it
-    std::string prefix;             // its keys in the agreement store
-    std::uint64_t comm;             // its identity
-  };
+  // (shrink_agreement, shrink_round: transport/mesh/shrink_state.hpp)
   void close_agreement(std::uint64_t comm, bool done) noexcept;
   shrink_agreement agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl);
   shrink_agreement coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl);

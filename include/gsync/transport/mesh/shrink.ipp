@@ -55,7 +55,7 @@ inline bootstrap::store_server& host_mesh::recovery_store() {
 
 // The coordinator's side (see the file comment): collects the joins not answered yet in its
 // agreement store, decides, starts the new endpoint's store and answers each join with both.
-inline host_mesh::shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl) {
+inline shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl) {
   const int g = static_cast<int>(sr.group.size());
   bootstrap::store_server& agreement = recovery_store();
   shrink_agreement a;
@@ -136,7 +136,7 @@ inline void host_mesh::close_agreement(std::uint64_t comm, bool done) noexcept {
 
 // Finds the coordinator (the lowest rank not known dead that answers) and takes part in the
 // agreement; returns the members decided. `dead`: ranks of the communicator known dead.
-inline host_mesh::shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl) {
+inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl) {
   const int g = static_cast<int>(sr.group.size());
   dead.erase(sr.me);
   const auto live = liveness();

@@ -71,6 +71,21 @@ struct rejoin {
   std::shared_ptr<bootstrap::store_server> keep;
 };
 
+/// What a shrink's agreement decided (shrink.ipp).
+struct shrink_agreement {
+  std::vector<int> members;                          // ranks in the communicator shrunk, ascending
+  int coordinator = -1;                              // the lowest of them, which serves the new store
+  std::uint16_t store_port = 0;                      // where it serves it
+  std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
+};
+/// The communicator a shrink is for (shrink.ipp).
+struct shrink_round {
+  const std::vector<int>& group;  // the communicator's ranks (ranks of this endpoint), in its order
+  int me;                         // this rank's place in it
+  std::string prefix;             // its keys in the agreement store
+  std::uint64_t comm;             // its identity
+};
+
 /// One endpoint's shrink bookkeeping.
 struct shrink_state {
   int listen_fd = -1;  // the recovery listener, until this rank first coordinates (then the server's)
