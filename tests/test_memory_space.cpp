@@ -169,8 +169,11 @@ static_assert(!gsync::memory_space<int>);
 static_assert(std::is_same_v<gsync::memory_space_of_t<std::span<float>>, gsync::host_memory>);
 static_assert(std::is_same_v<gsync::memory_space_of_t<const std::span<const double, 4>&>, gsync::host_memory>);
 static_assert(std::is_same_v<gsync::memory_space_of_t<test_view<float>>, test_space>);
+// Host schedules run over one untyped primitives type per transport, whatever the element and operator.
 static_assert(std::is_same_v<gsync::primitives_t<gsync::host_memory, float, gsync::op::sum, inproc>,
-                             gsync::host_primitives<float, gsync::op::sum, inproc>>);
+                             gsync::basic_host_primitives<inproc>>);
+static_assert(std::is_same_v<gsync::primitives_t<gsync::host_memory, gsync::half, gsync::op::max, inproc>,
+                             gsync::basic_host_primitives<inproc>>);
 static_assert(std::is_same_v<gsync::primitives_t<test_space, float, gsync::op::sum, inproc>,
                              counting_primitives<float, gsync::op::sum, inproc>>);
 // The capability is read from transport_traits: a transport that cannot move a space fails `moves`.

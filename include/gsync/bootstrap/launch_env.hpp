@@ -11,12 +11,12 @@
 /// two concurrent `mpirun` jobs on one host do not collide.
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/detail/function_ref.hpp"
 
 namespace gsync::bootstrap {
 
@@ -43,7 +43,7 @@ struct launch_info {
   /// and calls this with "ADDRESS PORT", or with "!" and why it could not; every other rank calls
   /// it with an empty string, which it must fill with rank 0's (a broadcast). `master_port` is
   /// then not read. Called once per rank, first thing in set-up, so that no rank is left waiting.
-  std::function<void(std::string&)> share_store;
+  detail::shared_function<void(std::string&)> share_store;
 
   /// Reads the environment; throws invalid_argument when no launcher's variables are present or
   /// they are inconsistent.

@@ -19,9 +19,11 @@
 /// Why a whole primitives class per space, rather than host primitives calling per-space copy
 /// and reduce hooks: what differs between spaces is not only the element loop but where incoming
 /// bytes land (host staging, IPC, a stream-ordered copy) and when a send has released its source
-/// (stream completion), i.e. every primitive. And the host primitives keep calling the element
-/// loops of core/reduce.hpp directly on their raw pointers, so the loops stay inlined and
-/// vectorized at the call site exactly as before; no indirection is added to the host data path.
+/// (stream completion), i.e. every primitive. The host space's primitives are untyped
+/// (`basic_host_primitives<X>`): they reach the element loops of core/reduce.hpp through a table
+/// of the (T, Op) pair (core/elem_kernels.hpp), one indirect call per piece, so that the host
+/// schedules are compiled once per transport; inside each entry the loop stays inlined and
+/// vectorized as before.
 
 #include <cstddef>
 #include <span>
@@ -65,11 +67,12 @@ template <class V>
 using memory_space_of_t = typename memory_space_of<std::remove_cvref_t<V>>::type;
 
 /// The primitives type of memory space `Space`: `type` is the class that runs schedules over
-/// buffers of that space (host: `host_primitives<T, Op, X>`, core/primitives.hpp). Each space
+/// buffers of that space (host: `basic_host_primitives<X>`, core/primitives.hpp). Each space
 /// specialises it beside its tag. `type` offers the vocabulary of core/primitives.hpp and is
 /// constructible as `type(x, id, in, out, count, segment_elems, op, deadline, scratch)`
 /// (`X&, message_id, const T*, T*, std::size_t, std::size_t, Op, deadline, std::span<std::byte>`),
-/// which is how detail::make_primitives builds it.
+/// which is how detail::make_primitives builds it (with the caller's operator, which outlives the
+/// primitives: `op` may be taken by reference).
 /// \tparam Space a memory space. \tparam T element type. \tparam Op reduction operator.
 /// \tparam X transport.
 template <class Space, class T, class Op, class X>

@@ -20,11 +20,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
@@ -159,8 +159,8 @@ class shared_page {
   static std::shared_ptr<shared_page> open(const std::string& name) {
     {
       std::lock_guard lk(registry_mutex());
-      if (auto it = registry().find(name); it != registry().end())
-        if (auto p = it->second.lock()) return p;
+      if (auto* w = find(name))
+        if (auto p = w->lock()) return p;
     }
     return remember(page_mapping::open(name));
   }
@@ -169,7 +169,12 @@ class shared_page {
   ~shared_page() {
     if (api_) api_->unregister_host(m_.base());
     std::lock_guard lk(registry_mutex());
-    if (auto it = registry().find(m_.name()); it != registry().end() && it->second.expired()) registry().erase(it);
+    auto& r = registry();
+    for (auto it = r.begin(); it != r.end(); ++it)
+      if (it->first == m_.name()) {
+        if (it->second.expired()) r.erase(it);
+        break;
+      }
   }
 
   control_page& page() const noexcept { return m_.page(); }  ///< the page
@@ -189,12 +194,19 @@ class shared_page {
   static std::shared_ptr<shared_page> remember(page_mapping m) {
     std::shared_ptr<shared_page> p(new shared_page(std::move(m)));
     std::lock_guard lk(registry_mutex());
-    registry()[p->name()] = p;
+    if (auto* w = find(p->name())) *w = p;
+    else registry().emplace_back(p->name(), p);
     return p;
   }
-  static std::map<std::string, std::weak_ptr<shared_page>>& registry() {
-    static std::map<std::string, std::weak_ptr<shared_page>> r;
+  // A few pages per process (one per rank of a node): a vector searched in order.
+  static std::vector<std::pair<std::string, std::weak_ptr<shared_page>>>& registry() {
+    static std::vector<std::pair<std::string, std::weak_ptr<shared_page>>> r;
     return r;
+  }
+  static std::weak_ptr<shared_page>* find(const std::string& name) {
+    for (auto& e : registry())
+      if (e.first == name) return &e.second;
+    return nullptr;
   }
   static std::mutex& registry_mutex() {
     static std::mutex m;

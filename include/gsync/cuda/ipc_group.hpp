@@ -26,7 +26,6 @@
 #include <cstring>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -40,6 +39,7 @@
 #include "gsync/cuda/ipc_counters.hpp"
 #include "gsync/cuda/ipc_peer.hpp"
 #include "gsync/cuda/ipc_plan.hpp"
+#include "gsync/detail/function_ref.hpp"
 
 namespace gsync::cuda::ipc {
 
@@ -195,7 +195,7 @@ class group {
   /// stream (peers' counters written forward) and throws it (`what` names the operation).
   /// `aborted` says, when asked, whether the application aborted the communicator (its reason then).
   void watch(event_handle done, step_range steps, const char* what, std::chrono::milliseconds limit,
-             const std::function<std::optional<std::string>()>& aborted) {
+             gsync::detail::function_ref<std::optional<std::string>()> aborted) {
     using clock = std::chrono::steady_clock;
     auto last_move = clock::now();
     auto next_pid_check = last_move;

@@ -27,15 +27,17 @@ static_assert(memory_space<staged_memory>);
 namespace cuda::detail {
 
 /// Host primitives over mirrors, waiting for copy-in (`current_readiness`, read when made).
-/// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
-template <class T, class Op, class X>
+/// Untyped like the host space's, so that its schedules too are compiled once per transport.
+/// \tparam X transport.
+template <class X>
 class staged_primitives {
  public:
-  using region_t = region<T>;  ///< the regions schedules name
-  /// As host_primitives (see memory_space.hpp for the arguments).
-  staged_primitives(X& x, message_id id, const T* in, T* out, std::size_t count, std::size_t segment_elems, Op op,
-                    deadline dl, std::span<std::byte> scratch = {})
-      : h_(x, id, in, out, count, segment_elems, op, dl, scratch), r_(current_readiness) {}
+  using region_t = host_region;  ///< the regions schedules name
+  /// As basic_host_primitives (see memory_space.hpp for the arguments; `op` must outlive these).
+  template <class T, class Op>
+  staged_primitives(X& x, message_id id, const T* in, T* out, std::size_t count, std::size_t segment_elems,
+                    const Op& op, deadline dl, std::span<std::byte> scratch = {})
+      : h_(x, id, in, out, count, segment_elems, op, dl, scratch), es_(sizeof(T)), r_(current_readiness) {}
 
   int rank() const { return h_.rank(); }                                     ///< this rank
   int size() const { return h_.size(); }                                     ///< world size
@@ -48,60 +50,61 @@ class staged_primitives {
   region_t in(range r) const { return h_.in(r); }                            ///< input range
   region_t out(range r) const { return h_.out(r); }                          ///< output range
 
-  /// host_primitives::send once `src` has arrived.
+  /// basic_host_primitives::send once `src` has arrived.
   void send(int to, region_t src) {
     ready(src);
     h_.send(to, src);
   }
-  /// host_primitives::recv once `dst` is no longer being copied in.
+  /// basic_host_primitives::recv once `dst` is no longer being copied in.
   void recv(int from, region_t dst) {
     ready(dst);
     h_.recv(from, dst);
   }
-  /// host_primitives::recv_reduce once `dst` and `local` have arrived.
+  /// basic_host_primitives::recv_reduce once `dst` and `local` have arrived.
   void recv_reduce(int from, region_t dst, region_t local, bool final) {
     ready(dst);
     ready(local);
     h_.recv_reduce(from, dst, local, final);
   }
-  /// host_primitives::recv_reduce_send once `dst` and `local` have arrived.
+  /// basic_host_primitives::recv_reduce_send once `dst` and `local` have arrived.
   void recv_reduce_send(int from, int to, region_t dst, region_t local, bool final) {
     ready(dst);
     ready(local);
     h_.recv_reduce_send(from, to, dst, local, final);
   }
-  /// host_primitives::recv_copy_send once `dst` is no longer being copied in.
+  /// basic_host_primitives::recv_copy_send once `dst` is no longer being copied in.
   void recv_copy_send(int from, int to, region_t dst) {
     ready(dst);
     h_.recv_copy_send(from, to, dst);
   }
-  /// host_primitives::copy_final once both have arrived.
+  /// basic_host_primitives::copy_final once both have arrived.
   void copy_final(region_t dst, region_t src) {
     ready(dst);
     ready(src);
     h_.copy_final(dst, src);
   }
-  /// host_primitives::reduce once all three have arrived.
+  /// basic_host_primitives::reduce once all three have arrived.
   void reduce(region_t dst, region_t a, region_t b, bool final) {
     ready(dst);
     ready(a);
     ready(b);
     h_.reduce(dst, a, b, final);
   }
-  /// host_primitives::copy once both have arrived.
+  /// basic_host_primitives::copy once both have arrived.
   void copy(region_t dst, region_t src) {
     ready(dst);
     ready(src);
     h_.copy(dst, src);
   }
-  /// host_primitives::finish.
+  /// basic_host_primitives::finish.
   void finish() { h_.finish(); }
 
  private:
   void ready(region_t r) {
-    if (r_) r_->ensure(r.p_, r.n_ * sizeof(T));
+    if (r_) r_->ensure(r.p_, r.n_ * es_);
   }
-  host_primitives<T, Op, X> h_;
+  basic_host_primitives<X> h_;
+  std::size_t es_;
   readiness* r_;
 };
 
@@ -111,7 +114,7 @@ class staged_primitives {
 /// \tparam T element type. \tparam Op reduction operator. \tparam X transport.
 template <class T, class Op, class X>
 struct primitives_for<staged_memory, T, Op, X> {
-  using type = cuda::detail::staged_primitives<T, Op, X>;  ///< the staged space's primitives
+  using type = cuda::detail::staged_primitives<X>;  ///< the staged space's primitives
 };
 
 }  // namespace gsync

@@ -3,6 +3,7 @@
 /// A non-owning reference to a callable: lets non-templated code (transports) call back into
 /// templated code (element loops) through one indirect call per piece, without allocation.
 
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -24,6 +25,31 @@ class function_ref<R(Args...)> {
  private:
   void* obj_;
   R (*call_)(void*, Args...);
+};
+
+/// An owning, copyable callable whose copies share one target: for set-up callbacks kept in
+/// structs (launch_info::share_store) without pulling <functional> into every user's file.
+/// \tparam R result type. \tparam Args argument types.
+template <class Sig> class shared_function;
+
+template <class R, class... Args>
+class shared_function<R(Args...)> {
+ public:
+  shared_function() = default;
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, shared_function> &&
+             std::is_invocable_r_v<R, std::remove_cvref_t<F>&, Args...>)
+  shared_function(F&& f)  // NOLINT: implicit, so that a lambda can be assigned
+      : obj_(std::make_shared<std::remove_cvref_t<F>>(std::forward<F>(f))),
+        call_([](void* o, Args... a) -> R { return (*static_cast<std::remove_cvref_t<F>*>(o))(std::forward<Args>(a)...); }) {}
+  /// Whether a target is set.
+  explicit operator bool() const noexcept { return call_ != nullptr; }
+  /// Calls the target (which must be set).
+  R operator()(Args... a) const { return call_(obj_.get(), std::forward<Args>(a)...); }
+
+ private:
+  std::shared_ptr<void> obj_;
+  R (*call_)(void*, Args...) = nullptr;
 };
 
 }  // namespace gsync::detail

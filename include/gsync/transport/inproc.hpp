@@ -21,7 +21,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,7 +57,13 @@ class inproc_world {
   // compared to the copies, and each rank waits on its own condition variable.
   struct rank_state {
     std::condition_variable cv;  // signalled when a message arrives for this rank or its sends complete
-    std::map<std::uint64_t, std::size_t> pending_sends;  // per view (communicator id): messages not yet taken
+    // per view (communicator id): messages not yet taken; few views, so a vector searched in order
+    std::vector<std::pair<std::uint64_t, std::size_t>> pending_sends;
+    std::size_t& pending(std::uint64_t comm) {
+      for (auto& e : pending_sends)
+        if (e.first == comm) return e.second;
+      return pending_sends.emplace_back(comm, 0).second;
+    }
     int readers = 0;             // receivers copying from this rank's memory right now
     bool gone = false;
     errc kind = errc::peer_lost;  // how it went: peer_lost (left or lost), mismatch or aborted
@@ -150,7 +155,7 @@ class inproc {
     if (w_->ranks_[to].gone) peer_gone(lk, to, "has left: this rank cannot send to it");
     w_->box(me_, to).push_back({make_header(id, n), src});
     last_sent_ = id;
-    ++w_->ranks_[me_].pending_sends[comm_];
+    ++w_->ranks_[me_].pending(comm_);
     w_->ranks_[to].cv.notify_all();
   }
 
@@ -170,7 +175,7 @@ class inproc {
     std::unique_lock lk(w_->m_);
     check_usable(lk);
     auto& me = w_->ranks_[me_];
-    while (me.pending_sends[comm_] != 0) {
+    while (me.pending(comm_) != 0) {
       if (me.gone) check_usable(lk);
       cross_check_sent(lk);
       for (int p = 0; p < size_; ++p) {
@@ -178,8 +183,8 @@ class inproc {
         if (p != rank_ && w_->ranks_[q].gone && find(w_->box(me_, q)) != w_->box(me_, q).end())
           peer_gone(lk, q, "left before receiving this rank's data");
       }
-      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending_sends[comm_] != 0)
-        fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending_sends[comm_]) + " message(s)" + in_comm());
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && me.pending(comm_) != 0)
+        fail(lk, errc::timeout, who() + "timed out waiting for peers to receive " + std::to_string(me.pending(comm_)) + " message(s)" + in_comm());
     }
     // Another view of this rank failed meanwhile: its withdrawal cleared every view's count, so the
     // loop above ended with receivers perhaps still copying; fail here, once they are done.
@@ -232,7 +237,7 @@ class inproc {
     if (sender.gone)  // withdrawn while we copied: the sender failed, so must we
       peer_gone(lk, peer, "failed while this rank received its data");
     q.erase(find(q));
-    if (--sender.pending_sends[comm_] == 0) sender.cv.notify_all();
+    if (--sender.pending(comm_) == 0) sender.cv.notify_all();
   }
 
   // A message of collective `id` waiting from rank `p` with another fingerprint is a mismatch now:
