@@ -5,10 +5,12 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -336,6 +338,75 @@ TEST_CASE("async: an exception from a job surfaces at wait() and breaks the comm
     CHECK(kind_of([&] { gsync::allreduce_async(comm, std::span<int>{v}).wait(); }) == gsync::errc::aborted);
     CHECK(message_of([&] { gsync::allreduce(comm, std::span<int>{v}); }).find("user code failed") != std::string::npos);
   }, test_config());
+}
+
+namespace {
+
+// A queued job that counts its lives: every object made (constructed, copied or moved) must be
+// destroyed exactly once, and the job runs or is told it was skipped exactly once.
+struct job_tally {
+  std::atomic<int> made{0}, destroyed{0}, runs{0}, skips{0}, torn{0};
+};
+template <std::size_t Pad>
+struct counted_job {
+  job_tally* t;
+  std::array<unsigned char, Pad> pad{};
+  explicit counted_job(job_tally* tally) : t(tally) {
+    ++t->made;
+    pad.fill(0x5a);
+  }
+  counted_job(const counted_job& o) : t(o.t), pad(o.pad) { ++t->made; }
+  counted_job(counted_job&& o) noexcept : t(o.t), pad(o.pad) { ++t->made; }
+  counted_job& operator=(const counted_job&) = delete;
+  ~counted_job() { ++t->destroyed; }
+  template <class C>
+  void operator()(C&) {
+    for (unsigned char b : pad) t->torn += b != 0x5a;  // the callable arrived whole
+    ++t->runs;
+  }
+  void skipped() noexcept { ++t->skips; }
+};
+
+// Job sizes below and above the queued operation's inline room (core/progress_engine.hpp). The
+// counts are read once the communicator is gone: the engine drops its reference to a finished
+// operation just after finishing it, so only its shutdown orders the last destruction.
+template <std::size_t Pad>
+void counted_jobs() {
+  job_tally ran, dropped;
+  for (auto& comm : gsync::make_inproc_world(1, test_config())) {
+    counted_job<Pad> lvalue(&ran);
+    auto a = comm.issue("counted", lvalue);                  // copied in
+    auto b = comm.issue("counted", counted_job<Pad>(&ran));  // moved in
+    a.wait();
+    b.wait();
+  }
+  CHECK(ran.runs == 2);
+  CHECK(ran.torn == 0);
+  CHECK(ran.skips == 0);
+  CHECK(ran.made == ran.destroyed);
+  // Queued behind a job that fails: not run, told so, and still destroyed once.
+  for (auto& comm : gsync::make_inproc_world(1, test_config())) {
+    std::promise<void> release;
+    std::shared_future<void> gate = release.get_future().share();
+    auto failing = gsync::submit(comm, [gate](auto&) {
+      gate.wait();
+      throw gsync::error(gsync::errc::mismatch, "failed on purpose");
+    });
+    auto behind = comm.issue("counted", counted_job<Pad>(&dropped));
+    release.set_value();
+    CHECK(kind_of([&] { failing.wait(); }) == gsync::errc::mismatch);
+    CHECK(kind_of([&] { behind.wait(); }) == gsync::errc::mismatch);
+  }
+  CHECK(dropped.runs == 0);
+  CHECK(dropped.skips == 1);
+  CHECK(dropped.made == dropped.destroyed);
+}
+
+}  // namespace
+
+TEST_CASE("async: a queued job is run or skipped once and destroyed once, small or large") {
+  counted_jobs<8>();
+  counted_jobs<4000>();
 }
 
 namespace {

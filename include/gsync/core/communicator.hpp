@@ -405,13 +405,8 @@ class communicator {
   /// \tparam F a callable `void(communicator&)`, copied into the queue. \param what the name.
   template <class F>
   request issue(const char* what, F&& f) {
-    auto& e = engine();
-    if (e.broken())
-      return request(std::make_shared<detail::finished_op>(e.shared(), what, std::make_exception_ptr(e.shared()->broken_error())));
-    auto op = e.make_op(what, issue_timeout(), bound_op<std::decay_t<F>>{std::forward<F>(f)});
-    if (e.on_engine_thread()) e.run_inline(*op, this);
-    else e.enqueue(op);
-    return request(std::move(op));
+    bound_op<std::decay_t<F>> job{std::forward<F>(f)};
+    return issue_job(what, detail::job_ops_of<decltype(job)>, &job);
   }
 
   /// The slot where an optional part keeps its per-communicator state (the CUDA staging
@@ -445,11 +440,23 @@ class communicator {
   struct bound_op {
     F f;
     void operator()(void* owner) { f(*static_cast<communicator*>(owner)); }
-    void skipped() noexcept {
-      if constexpr (requires { f.skipped(); }) f.skipped();
+    void skipped() noexcept
+      requires requires(F& g) { g.skipped(); }
+    {
+      f.skipped();
     }
   };
   bool in_job() const noexcept { return engine_ && engine_->on_engine_thread(); }
+  // `issue` past the callable's type (detail::job_ops): one copy per transport, not per call site.
+  request issue_job(const char* what, const detail::job_ops& ops, void* job) {
+    auto& e = engine();
+    if (e.broken())
+      return request(std::make_shared<detail::finished_op>(e.shared(), what, std::make_exception_ptr(e.shared()->broken_error())));
+    auto op = e.make_op(what, issue_timeout(), ops, job);
+    if (e.on_engine_thread()) e.run_inline(*op, this);
+    else e.enqueue(op);
+    return request(std::move(op));
+  }
 
   // Waits until no asynchronous work is pending (bounded per operation by its deadline).
   void quiesce() noexcept {

@@ -6,7 +6,7 @@
 /// How it works. A communicator creates its engine on the first asynchronous call (one that never
 /// goes asynchronous has no engine and no extra thread). The issuing thread numbers an operation
 /// (so issue order is wire order on every rank), wraps it into a `queued_op` (one allocation that
-/// is also the request's state) and appends it to a FIFO queue; the engine thread pops it, runs
+/// is also the request's state and holds the callable, erased to a few plain functions: `job_ops`) and appends it to a FIFO queue; the engine thread pops it, runs
 /// it with the communicator looked up through the engine (`owner`, which a move of the
 /// communicator updates while the engine is idle), and records the outcome in the request.
 ///
@@ -24,7 +24,7 @@
 /// since the shutdown began (each operation is bounded by its own transport deadline); jobs still
 /// queued then fail with `errc::aborted` without running; then it joins the thread.
 ///
-/// Non-templated except for the few lines that wrap a callable into a queued operation.
+/// Non-templated except for the few lines that wrap a callable into a queued operation (`job_ops_of`).
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +35,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -46,22 +47,62 @@
 
 namespace gsync::detail {
 
-/// A queued operation that runs `f(owner)`.
-/// \tparam F a callable `void(void* owner)`, moved in at issue and destroyed with the request state.
+/// What a queued operation knows of the callable it runs: four plain functions, made once per
+/// callable type. Everything else of a queued operation (its allocation, the request's state, the
+/// queue) is one non-templated type, so each collective call site generates these few lines and
+/// not a class with its own virtual table and shared-pointer control block (that chain was about
+/// 40% of a sweep test's compile time: benchmarks/results/layering/compile_time.md).
+struct job_ops {
+  void* (*emplace)(void* buf, void* src);  ///< moves the callable at `src` into `buf` (or the heap); returns it
+  void (*run)(void* job, void* owner);     ///< runs it on the communicator `owner`
+  void (*skipped)(void* job) noexcept;     ///< tells it it will not run; null when it has no `skipped()`
+  void (*destroy)(void* job) noexcept;     ///< destroys it (and frees it when it was on the heap)
+};
+
+/// Bytes of a queued operation's inline room for its callable; a larger one goes on the heap.
+/// Every collective's job (pointers, a count, an operator, a ticket) fits.
+inline constexpr std::size_t job_inline_bytes = 96;
+
+/// True when a callable of type F lives inside the queued operation.
 template <class F>
+inline constexpr bool job_fits_inline = sizeof(F) <= job_inline_bytes && alignof(F) <= alignof(std::max_align_t);
+
+/// The `job_ops` of callable type F (`void(void* owner)`, with an optional `skipped()`).
+template <class F>
+inline constexpr job_ops job_ops_of{
+    [](void* buf, void* src) -> void* {
+      if constexpr (job_fits_inline<F>) return ::new (buf) F(std::move(*static_cast<F*>(src)));
+      else return new F(std::move(*static_cast<F*>(src)));
+    },
+    [](void* job, void* owner) { (*static_cast<F*>(job))(owner); },
+    [] {
+      if constexpr (requires(F& f) { f.skipped(); }) return +[](void* job) noexcept { static_cast<F*>(job)->skipped(); };
+      else return static_cast<void (*)(void*) noexcept>(nullptr);
+    }(),
+    [](void* job) noexcept {
+      if constexpr (job_fits_inline<F>) static_cast<F*>(job)->~F();
+      else delete static_cast<F*>(job);
+    }};
+
+/// A queued operation: the request's state plus the callable it runs, erased to `job_ops`.
 class queued_op final : public op_state {
  public:
-  /// Operation named `what` of engine `eng` with wait timeout `timeout`, running `f`.
-  queued_op(std::shared_ptr<engine_shared> eng, std::chrono::milliseconds timeout, const char* what, F f)
-      : op_state(std::move(eng), timeout, what), f_(std::move(f)) {}
-  void run(void* owner) override { f_(owner); }  ///< runs the work on communicator `owner`
+  /// Operation named `what` of engine `eng` with wait timeout `timeout`, running the callable at
+  /// `src` (moved in; the caller still destroys the moved-from object) through `ops`.
+  queued_op(std::shared_ptr<engine_shared> eng, std::chrono::milliseconds timeout, const char* what, const job_ops& ops,
+            void* src)
+      : op_state(std::move(eng), timeout, what), ops_(&ops), job_(ops.emplace(buf_, src)) {}
+  ~queued_op() override { ops_->destroy(job_); }
+  void run(void* owner) override { ops_->run(job_, owner); }  ///< runs the work on communicator `owner`
   /// Tells the work it will not run, when it wants to know (a `skipped()` member).
   void skipped() noexcept override {
-    if constexpr (requires { f_.skipped(); }) f_.skipped();
+    if (ops_->skipped) ops_->skipped(job_);
   }
 
  private:
-  F f_;
+  const job_ops* ops_;
+  alignas(std::max_align_t) std::byte buf_[job_inline_bytes];
+  void* job_;
 };
 
 /// One communicator's background thread and FIFO queue of operations.
@@ -87,12 +128,12 @@ class progress_engine {
   /// Throws the error that operations get after the failure.
   [[noreturn]] void throw_broken() const { throw shared_->broken_error(); }
 
-  /// Wraps `f` (a callable `void(void* owner)`) into an operation named `what` whose waits use
-  /// `timeout`. The caller then either queues it (`enqueue`) or runs it inline.
-  /// \tparam F the callable's type.
-  template <class F>
-  std::shared_ptr<op_state> make_op(const char* what, std::chrono::milliseconds timeout, F&& f) const {
-    return std::make_shared<queued_op<std::decay_t<F>>>(shared_, timeout, what, std::forward<F>(f));
+  /// An operation named `what` whose waits use `timeout`, running the callable at `job` (moved
+  /// into the operation; the caller still destroys the moved-from object) through `ops`
+  /// (`job_ops_of<F>`, F a callable `void(void* owner)`). The caller then either queues it
+  /// (`enqueue`) or runs it inline.
+  std::shared_ptr<op_state> make_op(const char* what, std::chrono::milliseconds timeout, const job_ops& ops, void* job) const {
+    return std::make_shared<queued_op>(shared_, timeout, what, ops, job);
   }
 
   /// Appends `op` to the queue, starting the thread on first use. Throws `errc::system` if the
