@@ -405,7 +405,7 @@ class communicator {
   /// \tparam F a callable `void(communicator&)`, copied into the queue. \param what the name.
   template <class F>
   request issue(const char* what, F&& f) {
-    bound_op<std::decay_t<F>> job{std::forward<F>(f)};
+    detail::bound_job<communicator, std::decay_t<F>> job{std::forward<F>(f)};
     return issue_job(what, detail::job_ops_of<decltype(job)>, &job);
   }
 
@@ -435,17 +435,6 @@ class communicator {
     throw error(errc::invalid_argument,
                 "use of a null communicator (this rank passed a negative color to split) or of a moved-from one");
   }
-  // A queued job bound to the communicator it runs on; forwards `skipped()` when the job has it.
-  template <class F>
-  struct bound_op {
-    F f;
-    void operator()(void* owner) { f(*static_cast<communicator*>(owner)); }
-    void skipped() noexcept
-      requires requires(F& g) { g.skipped(); }
-    {
-      f.skipped();
-    }
-  };
   bool in_job() const noexcept { return engine_ && engine_->on_engine_thread(); }
   // `issue` past the callable's type (detail::job_ops): one copy per transport, not per call site.
   request issue_job(const char* what, const detail::job_ops& ops, void* job) {

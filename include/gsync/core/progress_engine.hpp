@@ -6,9 +6,10 @@
 /// How it works. A communicator creates its engine on the first asynchronous call (one that never
 /// goes asynchronous has no engine and no extra thread). The issuing thread numbers an operation
 /// (so issue order is wire order on every rank), wraps it into a `queued_op` (one allocation that
-/// is also the request's state and holds the callable, erased to a few plain functions: `job_ops`) and appends it to a FIFO queue; the engine thread pops it, runs
-/// it with the communicator looked up through the engine (`owner`, which a move of the
-/// communicator updates while the engine is idle), and records the outcome in the request.
+/// is also the request's state and holds the callable, reached through a few plain functions:
+/// `job_ops`) and appends it to a FIFO queue; the engine thread pops it, runs it with the
+/// communicator looked up through the engine (`owner`, which a move of the communicator updates
+/// while the engine is idle), and records the outcome in the request.
 ///
 /// `pending` counts operations queued or running. A synchronous call that finds it zero runs
 /// inline on the caller's thread with no hop and no allocation: only the issuing thread adds
@@ -51,7 +52,7 @@ namespace gsync::detail {
 /// callable type. Everything else of a queued operation (its allocation, the request's state, the
 /// queue) is one non-templated type, so each collective call site generates these few lines and
 /// not a class with its own virtual table and shared-pointer control block (that chain was about
-/// 40% of a sweep test's compile time: benchmarks/results/layering/compile_time.md).
+/// a third of a sweep test's compile time: benchmarks/results/layering/compile_time.md).
 struct job_ops {
   void* (*emplace)(void* buf, void* src);  ///< moves the callable at `src` into `buf` (or the heap); returns it
   void (*run)(void* job, void* owner);     ///< runs it on the communicator `owner`
@@ -83,6 +84,20 @@ inline constexpr job_ops job_ops_of{
       if constexpr (job_fits_inline<F>) static_cast<F*>(job)->~F();
       else delete static_cast<F*>(job);
     }};
+
+/// A job `f(Owner&)` as the engine runs it (`void(void* owner)`); forwards `skipped()` when F has it.
+/// \tparam Owner the communicator type. \tparam F the callable.
+template <class Owner, class F>
+struct bound_job {
+  F f;  ///< the callable
+  void operator()(void* owner) { f(*static_cast<Owner*>(owner)); }  ///< runs it on `owner`
+  /// Tells it it will not run.
+  void skipped() noexcept
+    requires requires(F& g) { g.skipped(); }
+  {
+    f.skipped();
+  }
+};
 
 /// A queued operation: the request's state plus the callable it runs, erased to `job_ops`.
 class queued_op final : public op_state {
