@@ -9,10 +9,14 @@
 # alike. Reported per configuration: preprocessed lines, best and median wall seconds, peak memory
 # (/usr/bin/time %M, of the fastest run), and the ratio to the base revision's header-only time.
 #
-# Usage: benchmarks/compile_time.sh [--base REV] [--reps N] [--out FILE] [--check-budget]
+# Usage: benchmarks/compile_time.sh [--base REV] [--reps N] [--out FILE] [--check-budget] [--floors]
 #   --check-budget  exit 1 when a budget below fails (they are always printed, as information):
 #                   separate-mode `empty` <= 100000 preprocessed lines; separate-mode `hello` best
 #                   <= 0.3 x base header-only `hello` best; header-only `hello` best <= 0.6 x base.
+#   --floors        also compile the working tree header-only at -O0 (`header-only -O0`) and with
+#                   -fsyntax-only (`parse only`: GCC parses and checks the file, but skips most of
+#                   the work on the inline functions it uses): floors under what any change to how
+#                   the inline code is optimised could give the header-only mode.
 # Environment: CXX (default g++).
 set -euo pipefail
 
@@ -21,6 +25,7 @@ base_rev="185d716"
 reps=3
 out_file=""
 check_budget=0
+floors=0
 
 usage() {
   sed -n '/^# Usage:/,/^# Environment:/s/^# \{0,1\}//p' "$0"
@@ -37,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --reps) [[ $# -ge 2 ]] || die "--reps needs a number"; reps="$2"; shift 2 ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a file"; out_file="$2"; shift 2 ;;
     --check-budget) check_budget=1; shift ;;
+    --floors) floors=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
@@ -91,15 +97,21 @@ modes_of() {
   if [[ -f "${rev_include[$rev]}/gsync/detail/build_mode.hpp" ]]; then
     echo separate
   fi
+  if [[ "$rev" == work && $floors -eq 1 ]]; then
+    echo "header-only -O0"
+    echo "parse only"
+  fi
 }
 
 # flags_for REV MODE: fills the array `flags`.
 flags_for() {
   local rev="$1" mode="$2"
   flags=("${common_flags[@]}" "-I${rev_include[$rev]}")
-  if [[ "$mode" == separate ]]; then
-    flags+=(-DGSYNC_SEPARATE_COMPILATION)
-  fi
+  case "$mode" in
+    separate) flags+=(-DGSYNC_SEPARATE_COMPILATION) ;;
+    "header-only -O0") flags+=(-O0) ;;  # the last -O wins
+    "parse only") flags+=(-fsyntax-only) ;;
+  esac
 }
 
 # Configurations, in the order of the table: for each case, base header-only, then the working

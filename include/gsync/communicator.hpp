@@ -19,6 +19,14 @@ using tcp_communicator = communicator<transport::tcp>;
 /// Communicator over the in-process transport (ranks are threads).
 using inproc_communicator = communicator<transport::inproc>;
 
+#if defined(GSYNC_SEPARATE_COMPILATION)
+// Compiled once, in the library (gsync/impl/src.hpp): a file that makes or uses a tcp_communicator
+// calls the members that are not inlined instead of generating them again. Not inproc_communicator:
+// clang 14 instantiates the members whose constraints it fails (from_env, shrink) when the whole
+// class is instantiated explicitly.
+extern template class communicator<transport::tcp>;
+#endif
+
 /// Makes the `n` communicators of one in-process world; hand element r to the thread of rank r.
 /// With `ranks_per_host` > 0 the ranks pretend to live on hosts of that many consecutive ranks
 /// (for testing hierarchical schedules without a cluster).
