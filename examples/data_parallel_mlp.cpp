@@ -27,7 +27,9 @@
 // run on), the survivors catch peer_lost, shrink the communicator (communicator::shrink), take the
 // new rank 0's parameters, redo the step the earliest of them was in, with the samples re-sharded
 // over the ranks left, and go on; at the end rank 0 exits 4 unless every loss was finite and the
-// last one below the first. --die-rank R --die-step S: rank R kills itself with SIGKILL in the
+// last one below the first. A rank the shrink excluded (it was stopped, or cut off, while the
+// others went on: errc::excluded) exits with gsync::excluded_exit_status, which `gsyncrun
+// --elastic` lets go. --die-rank R --die-step S: rank R kills itself with SIGKILL in the
 // middle of step S (after its forward pass), for tests.
 //
 // JSON (written by rank 0): {"world_size", "steps", "batch", "accum", "wire", "loss": [per step],
@@ -520,6 +522,9 @@ int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   try {
     return run(o);
+  } catch (const gsync::error& e) {
+    std::fprintf(stderr, "data_parallel_mlp: %s\n", e.what());
+    return e.kind() == gsync::errc::excluded ? gsync::excluded_exit_status : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "data_parallel_mlp: %s\n", e.what());
     return 1;

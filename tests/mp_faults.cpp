@@ -43,6 +43,13 @@
 //            of its first shrink. Each survivor then allreduces its old rank + 1 over every new
 //            communicator, checks the sum and the size against the ranks still alive, prints
 //            "SHRUNK rank R: world r of n in T ms" and exits 0.
+//   resume   recovery from a stop (tests/mp_stop_resume.sh runs it under `gsyncrun --elastic` and
+//            stops, then resumes, one rank): every rank loops allreduces of its first rank + 1,
+//            each result checked. On peer_lost, aborted or timeout it shrinks, resumes from the
+//            collectives every survivor completed (last_shrink().agreed_ops, checked alike on
+//            every survivor), prints "SHRUNK rank R: world r of n, agreed A, mine M", and
+//            --post-s S seconds later (a collective decision) prints "DONE rank R: ... steps"
+//            and exits 0. Excluded by the shrink, it prints "EXCLUDED rank R: ..." and exits 75.
 //
 // On a gsync::error a rank prints "rank R: <kind> after T ms in <mode>: <message>" on stderr and
 // exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45 another gsync::error
@@ -83,6 +90,7 @@ struct options {
   int shrink_victim = -1;         // mode shrink: the rank that dies in its shrink
   std::string stage = "agreed";   // and where
   bool split = false;             // mode shrink: shrink the halves too
+  double post_s = 3;              // mode resume: seconds to go on after a shrink
 };
 options opts;                // for the shrink stage hook
 std::atomic<int> my_rank{-1};  // this rank in the job, for the same
@@ -252,6 +260,60 @@ void run_shrink(const options& o, gsync::tcp_communicator& comm) {
   std::fflush(stdout);
 }
 
+/// Mode resume (see the file comment).
+void run_resume(const options& o, gsync::tcp_communicator& comm) {
+  const int r0 = comm.rank();
+  std::vector<int> first(static_cast<std::size_t>(comm.size()));  // members' first ranks, in the current order
+  for (int x = 0; x < comm.size(); ++x) first[static_cast<std::size_t>(x)] = x;
+  std::uint64_t step = 0;  // collectives completed: one per step
+  std::optional<clock_type::time_point> shrunk_at;
+  std::vector<float> v(4096);
+  say_ready(o, r0);
+  for (;;) {
+    try {
+      const bool stop = shrunk_at && clock_type::now() - *shrunk_at > std::chrono::duration<double>(o.post_s);
+      std::fill(v.begin(), v.end(), static_cast<float>(r0 + 1));
+      v.back() = stop ? 1.0f : 0.0f;
+      gsync::allreduce(comm, std::span<float>{v});
+      ++step;
+      float want = 0;
+      for (int x : first) want += static_cast<float>(x + 1);
+      if (v.front() != want || v[v.size() - 2] != want)
+        throw gsync::error(gsync::errc::system, "step " + std::to_string(step) + ": sum " + std::to_string(v.front()) + ", expected " + std::to_string(want));
+      if (v.back() > 0) break;
+    } catch (const gsync::error& e) {
+      if (e.kind() != gsync::errc::peer_lost && e.kind() != gsync::errc::aborted && e.kind() != gsync::errc::timeout) throw;
+      if (shrunk_at) throw;  // one recovery per run
+      try {
+        comm = comm.shrink();
+      } catch (const gsync::error& x) {
+        if (x.kind() != gsync::errc::excluded) throw;
+        std::printf("EXCLUDED rank %d: %s\n", r0, x.what());
+        std::fflush(stdout);
+        std::exit(gsync::excluded_exit_status);
+      }
+      const auto& rep = comm.last_shrink();
+      if (rep.my_ops != step || rep.agreed_ops > step || step - rep.agreed_ops > 1)
+        throw gsync::error(gsync::errc::system, "last_shrink: agreed " + std::to_string(rep.agreed_ops) + ", mine " + std::to_string(rep.my_ops) +
+                                                    ", steps here " + std::to_string(step));
+      std::vector<int> next;
+      for (int old : rep.old_ranks) next.push_back(first[static_cast<std::size_t>(old)]);
+      first = next;
+      step = rep.agreed_ops;  // redo what not every survivor completed
+      std::uint64_t lo = step, hi = step;
+      gsync::allreduce(comm, std::span<std::uint64_t>{&lo, 1}, gsync::op::min{});
+      gsync::allreduce(comm, std::span<std::uint64_t>{&hi, 1}, gsync::op::max{});
+      if (lo != hi) throw gsync::error(gsync::errc::system, "survivors resume from different steps " + std::to_string(lo) + " and " + std::to_string(hi));
+      std::printf("SHRUNK rank %d: world %d of %d, agreed %llu, mine %llu\n", r0, comm.rank(), comm.size(),
+                  static_cast<unsigned long long>(rep.agreed_ops), static_cast<unsigned long long>(rep.my_ops));
+      std::fflush(stdout);
+      shrunk_at = clock_type::now();
+    }
+  }
+  std::printf("DONE rank %d: world %d of %d, %llu steps\n", r0, comm.rank(), comm.size(), static_cast<unsigned long long>(step));
+  std::fflush(stdout);
+}
+
 void run_mode(const options& o, gsync::tcp_communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   const bool victim = r == o.victim;
@@ -303,6 +365,8 @@ void run_mode(const options& o, gsync::tcp_communicator& comm) {
     run_split(o, comm);
   } else if (o.mode == "shrink") {
     run_shrink(o, comm);
+  } else if (o.mode == "resume") {
+    run_resume(o, comm);
   } else {
     throw gsync::error(gsync::errc::invalid_argument, "unknown --mode '" + o.mode + "'");
   }
@@ -332,9 +396,10 @@ int main(int argc, char** argv) {
     else if (a == "--shrink-victim" && has) o.shrink_victim = std::atoi(argv[++i]);
     else if (a == "--stage" && has) o.stage = argv[++i];
     else if (a == "--split") o.split = true;
+    else if (a == "--post-s" && has) o.post_s = std::atof(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split|shrink --victim K "
-                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage slot|joined|agreed] [--split]\n");
+      std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split|shrink|resume --victim K "
+                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage slot|joined|agreed] [--split] [--post-s S]\n");
       return 2;
     }
   }

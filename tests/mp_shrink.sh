@@ -42,7 +42,7 @@ row() {
   fi
 }
 row 4 1 3 agreed shm
-row 4 0 1 agreed tcp          # rank 1 coordinates the shrink and dies in it: rank 2 takes over
+row 5 0 1 agreed tcp          # rank 1 coordinates the shrink and dies in it: rank 2 takes over (3 of 5 go on)
 row 6 2 4 joined tcp
 row 6 3 0 agreed shm --split  # rank 0 coordinates the world's and its half's shrink
 row 8 5 2 joined shm

@@ -93,6 +93,36 @@ TEST_CASE("argument errors are invalid_argument") {
   });
 }
 
+TEST_CASE("counts whose byte size cannot exist are invalid_argument on every collective, never a silent no-op") {
+  // Spans that lie about their size (2^62 floats is 2^64 bytes): nothing may be read or queued.
+  gsync_test::run_inproc(4, [](auto& comm, gsync_test::world_sync&) {
+    float x[4] = {};
+    const std::size_t huge = std::size_t{1} << 62;
+    const std::span<float> big(x, huge), bigger(x, 4 * huge);
+    const std::span<const float> cbig(x, huge), cbigger(x, 4 * huge);
+    auto invalid = [](auto&& f) {
+      try {
+        f();
+        return false;
+      } catch (const gsync::error& e) {
+        return e.kind() == gsync::errc::invalid_argument;
+      }
+    };
+    CHECK(invalid([&] { gsync::allreduce(comm, big); }));
+    CHECK(invalid([&] { gsync::allreduce(comm, cbig, big); }));
+    CHECK(invalid([&] { gsync::allgather(comm, cbig, bigger); }));  // 4 x 2^62 wraps to 0 == 0
+    CHECK(invalid([&] { gsync::reduce_scatter(comm, cbigger, big, gsync::op::sum{}); }));
+    CHECK(invalid([&] { gsync::alltoall(comm, std::span<const float>(x, 2 * huge), std::span<float>(x + 2, 2 * huge)); }));
+    CHECK(invalid([&] { gsync::broadcast(comm, big, 0); }));
+    CHECK(invalid([&] { gsync::reduce(comm, cbig, big, gsync::op::sum{}, 0); }));
+    CHECK(invalid([&] { gsync::send(comm, cbig, (comm.rank() + 1) % 4, 0); }));
+    CHECK(invalid([&] { gsync::recv(comm, big, (comm.rank() + 1) % 4, 0); }));
+    std::vector<float> v(8, 1.0f);  // the communicator is still usable
+    gsync::allreduce(comm, std::span<float>{v});
+    CHECK(v[7] == 4.0f);
+  });
+}
+
 TEST_CASE("forced ring by template argument and by GSYNC_ALGO, unknown names are rejected") {
   gsync::config cfg;
   cfg.algo = "ring";

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "gsync/core/op_numbering.hpp"
 #include "support/errors.hpp"
 #include "support/world.hpp"
 
@@ -308,4 +309,9 @@ TEST_CASE("timeout report names the ranks that have not reached the operation") 
   CHECK(all.find("allreduce(float32, 8, sum)") != std::string::npos);
   CHECK(all.find("timed out after waiting") != std::string::npos);
   CHECK(all.find("have not reached op #1: 2") != std::string::npos);
+}
+
+TEST_CASE("messages name operations by their own numbers, jobs' operations apart") {
+  CHECK(gsync::detail::op_label(17) == "op #17");
+  CHECK(gsync::detail::op_label((std::uint64_t{1} << 63) | 15917) == "job op #15917");
 }

@@ -4,7 +4,9 @@
 // others see as they would a killed process. The multi-process kills: tests/mp_shrink.sh.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -81,6 +83,13 @@ void shrink_after_death(int n, int victim, std::function<std::string(int)> host_
         auto next = comm.shrink();
         new_rank[static_cast<std::size_t>(r)] = next.rank();
         new_size[static_cast<std::size_t>(r)] = next.size();
+        const auto& rep = next.last_shrink();  // one allreduce completed by all, the second by none
+        std::vector<int> old;
+        for (int q = 0; q < n; ++q)
+          if (q != victim) old.push_back(q);
+        if (rep.agreed_ops != 1 || rep.my_ops != 1 || rep.old_size != n || rep.old_ranks != old)
+          err[static_cast<std::size_t>(r)] = "last_shrink: agreed " + std::to_string(rep.agreed_ops) + ", mine " + std::to_string(rep.my_ops) +
+                                             ", old size " + std::to_string(rep.old_size) + ", " + std::to_string(rep.old_ranks.size()) + " old ranks";
         std::vector<float> w(4099, static_cast<float>(r + 1));
         gsync::allreduce(next, std::span<float>{w});
         got[static_cast<std::size_t>(r)] = w[4098];
@@ -295,12 +304,12 @@ TEST_CASE("shrink: communicators made by split shrink to their own survivors") {
 }
 
 TEST_CASE("shrink: a rank that arrives after the others went on is told it is out, at once") {
-  // Rank 0 dies. Ranks 1, 2, 3 shrink; rank 1, their coordinator, dies once the members are
-  // decided, so ranks 2 and 3 agree again with rank 2 coordinating (attempt 1). Rank 4 calls shrink
-  // only when they are done and rank 1 is gone: its attempt 0 finds rank 1 gone, then rank 2, which
-  // answered its own attempt 0 with the decision of attempt 1, so rank 4 fails with peer_lost at
-  // once instead of waiting for its deadline (a timeout, 30 s here).
-  const int n = 5;
+  // Rank 0 dies. Ranks 1, 2, 3, 5, 6 shrink; rank 1, their coordinator, dies once the members are
+  // decided, so ranks 2, 3, 5, 6 (a majority of 7) agree again with rank 2 coordinating (attempt
+  // 1). Rank 4 calls shrink only when they are done and rank 1 is gone: its attempt 0 finds rank 1
+  // gone, then rank 2, which answered its own attempt 0 with the decision of attempt 1, so rank 4
+  // fails with errc::excluded at once instead of waiting for its deadline (a timeout, 30 s here).
+  const int n = 7;
   gsync::config cfg = gsync_test::with_timeout(30000ms);
   cfg.transport.liveness_ms = 1000;
   const auto port = gsync_test::free_port();
@@ -317,7 +326,7 @@ TEST_CASE("shrink: a rank that arrives after the others went on is told it is ou
       try {
         auto comm = join_and_lose(r, n, port, "late2-host-" + std::to_string(r), cfg, 0);
         if (r == 4) {
-          while (done.load() < 2 || !one_gone.load()) std::this_thread::yield();
+          while (done.load() < n - 3 || !one_gone.load()) std::this_thread::yield();
           try {
             auto next = comm.shrink();
             err[r] = "a late rank was let in";
@@ -338,8 +347,8 @@ TEST_CASE("shrink: a rank that arrives after the others went on is told it is ou
             ++done;
             std::vector<float> w(100, 1.0f);
             gsync::allreduce(next, std::span<float>{w});
-            if (w[0] != 2.0f) err[r] = "wrong sum " + std::to_string(w[0]);
-            while (done.load() < 3) std::this_thread::yield();  // the new communicator lives until rank 4 is through
+            if (w[0] != static_cast<float>(n - 3)) err[r] = "wrong sum " + std::to_string(w[0]);
+            while (done.load() < n - 2) std::this_thread::yield();  // the new communicator lives until rank 4 is through
           } catch (const gsync::error&) {
             ++done;  // rank 4 must not wait for a rank that failed (the checks below report it)
             throw;
@@ -353,15 +362,178 @@ TEST_CASE("shrink: a rank that arrives after the others went on is told it is ou
       if (r == 4) ++done;
     });
   for (auto& t : th) t.join();
-  for (int r : {2, 3}) {
+  for (int r : {2, 3, 5, 6}) {
     CAPTURE(r);
     CAPTURE(err[r]);
     CHECK(err[r].empty());
-    CHECK(new_size[r] == 2);
+    CHECK(new_size[r] == n - 3);
   }
   CAPTURE(late_msg);
   CHECK(err[1].empty());
   CHECK(err[4].empty());
-  CHECK(late_kind == gsync::errc::peer_lost);
+  CHECK(late_kind == gsync::errc::excluded);
   CHECK(late_msg.find("excluded") != std::string::npos);
+}
+
+TEST_CASE("shrink: the quorum rule, and the records of the agreement") {
+  using gsync::detail::shrink_quorum;
+  CHECK(shrink_quorum(3, false, 4, 0));   // a majority
+  CHECK(shrink_quorum(2, true, 4, 0));    // half, with rank 0
+  CHECK_FALSE(shrink_quorum(2, false, 4, 0));  // the other half
+  CHECK_FALSE(shrink_quorum(1, true, 4, 0));
+  CHECK(shrink_quorum(1, true, 2, 0));
+  CHECK_FALSE(shrink_quorum(1, false, 2, 0));
+  CHECK(shrink_quorum(1, true, 1, 0));
+  CHECK(shrink_quorum(3, false, 5, 0));
+  CHECK_FALSE(shrink_quorum(2, true, 5, 0));
+  CHECK(shrink_quorum(1, false, 4, 1));   // the caller's minimum replaces the rule
+  CHECK_FALSE(shrink_quorum(3, true, 4, 4));
+  CHECK_FALSE(shrink_quorum(0, true, 4, 1));
+  for (int size = 1; size <= 9; ++size)  // no two disjoint groups both qualify
+    for (unsigned a = 1; a < (1u << size); ++a)
+      for (unsigned b = 1; b < (1u << size); ++b)
+        if (!(a & b))
+          REQUIRE_FALSE((shrink_quorum(std::popcount(a), a & 1, size, 0) && shrink_quorum(std::popcount(b), b & 1, size, 0)));
+  std::uint64_t h[3];
+  std::string_view rest;
+  REQUIRE(gsync::transport::detail_shrink::parse_head("3 17 0 1 2", 3, h, rest));
+  CHECK(h[0] == 3);
+  CHECK(h[1] == 17);
+  CHECK(h[2] == 0);
+  CHECK(rest == "1 2");
+  REQUIRE(gsync::transport::detail_shrink::parse_head("3 17 0", 3, h, rest));
+  CHECK(rest.empty());
+  CHECK_FALSE(gsync::transport::detail_shrink::parse_head("3 17", 3, h, rest));
+  CHECK_FALSE(gsync::transport::detail_shrink::parse_head("3 x 0", 3, h, rest));
+  CHECK_FALSE(gsync::transport::detail_shrink::parse_head("-3 1 0", 3, h, rest));
+}
+
+namespace {
+// n ranks; the ranks in `lost` die after one allreduce; the others shrink with `opt`. Returns,
+// per rank, the new size, or -(errc) when its shrink failed (0 for the lost ones).
+std::vector<int> shrink_without(int n, std::set<int> lost, gsync::shrink_options opt, std::vector<std::string>& msg) {
+  gsync::config cfg = gsync_test::with_timeout(30000ms);
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  std::vector<int> out(static_cast<std::size_t>(n), 0);
+  msg.assign(static_cast<std::size_t>(n), "");
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "quorum-host-" + std::to_string(r)), cfg);
+        std::vector<float> v(100, 1.0f);
+        gsync::allreduce(comm, std::span<float>{v});
+        if (lost.count(r)) throw died{};
+        try {
+          gsync::allreduce(comm, std::span<float>{v});
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) throw;
+        }
+        try {
+          auto next = comm.shrink(opt);
+          std::vector<float> w(100, 1.0f);
+          gsync::allreduce(next, std::span<float>{w});
+          out[static_cast<std::size_t>(r)] = w[0] == static_cast<float>(next.size()) ? next.size() : -100;
+        } catch (const gsync::error& e) {
+          out[static_cast<std::size_t>(r)] = -static_cast<int>(e.kind());
+          msg[static_cast<std::size_t>(r)] = e.what();
+        }
+      } catch (const died&) {
+      } catch (const std::exception& e) {
+        out[static_cast<std::size_t>(r)] = -1000;
+        msg[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("shrink: a minority does not go on, half with rank 0 does, and the caller's minimum replaces the rule") {
+  const int excluded = -static_cast<int>(gsync::errc::excluded);
+  std::vector<std::string> msg;
+  {  // ranks 0 and 1 lost: ranks 2 and 3 are half of 4 without rank 0
+    auto got = shrink_without(4, {0, 1}, {}, msg);
+    for (int r : {2, 3}) {
+      CAPTURE(r);
+      CAPTURE(msg[r]);
+      CHECK(got[r] == excluded);
+      CHECK(msg[r].find("excluded") != std::string::npos);
+    }
+  }
+  {  // ranks 2 and 3 lost: ranks 0 and 1 are half of 4 with rank 0
+    auto got = shrink_without(4, {2, 3}, {}, msg);
+    CHECK(got[0] == 2);
+    CHECK(got[1] == 2);
+  }
+  {  // 2 of 5: a minority
+    auto got = shrink_without(5, {1, 3, 4}, {}, msg);
+    CHECK(got[0] == excluded);
+    CHECK(got[2] == excluded);
+  }
+  {  // the same with min_size 2: they go on
+    auto got = shrink_without(4, {0, 1}, gsync::shrink_options{2}, msg);
+    CHECK(got[2] == 2);
+    CHECK(got[3] == 2);
+  }
+  {  // min_size above what is left
+    auto got = shrink_without(4, {3}, gsync::shrink_options{4}, msg);
+    for (int r : {0, 1, 2}) CHECK(got[r] == excluded);
+  }
+}
+
+TEST_CASE("shrink: the survivors agree on the collectives every one of them completed") {
+  // Three ranks, one allreduce, then a binomial-tree reduce to rank 0: rank 1 only sends (it
+  // completes), rank 0 waits for rank 2, which dies once rank 1 is through (rank 0 fails). Rank 1
+  // fails its next allreduce.
+  const int n = 3;
+  gsync::config cfg = gsync_test::with_timeout(30000ms);
+  cfg.transport.liveness_ms = 1000;
+  const auto port = gsync_test::free_port();
+  std::vector<gsync::shrink_report> rep(n);
+  std::atomic<bool> sent{false};
+  std::vector<std::string> err(n);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, "ops-host-" + std::to_string(r)), cfg);
+        std::vector<float> v(8, 1.0f), out(8);
+        gsync::allreduce(comm, std::span<float>{v});
+        struct raise_at_end {  // rank 1's part is over, however it ended: rank 2 may die
+          std::atomic<bool>* f;
+          ~raise_at_end() { if (f) *f = true; }
+        } raise{r == 1 ? &sent : nullptr};
+        if (r == 2) {
+          while (!sent.load()) std::this_thread::sleep_for(1ms);
+          throw died{};
+        }
+        try {
+          gsync::reduce<gsync::algo::binomial_tree>(comm, std::span<const float>{v}, std::span<float>{out}, gsync::op::sum{}, 0);
+          if (r == 1) sent = true;
+          if (r == 1) gsync::allreduce(comm, std::span<float>{v});
+          err[r] = "no failure";
+          return;
+        } catch (const gsync::error& e) {
+          if (e.kind() != gsync::errc::peer_lost) throw;
+        }
+        auto next = comm.shrink();
+        rep[r] = next.last_shrink();
+      } catch (const died&) {
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r : {0, 1}) {
+    CAPTURE(r);
+    CAPTURE(err[r]);
+    CHECK(err[r].empty());
+    CHECK(rep[r].agreed_ops == 1);
+    CHECK(rep[r].old_size == 3);
+    CHECK(rep[r].old_ranks == std::vector<int>{0, 1});
+  }
+  CHECK(rep[0].my_ops == 1);
+  CHECK(rep[1].my_ops == 2);
 }

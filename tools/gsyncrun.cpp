@@ -50,6 +50,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gsync/core/error.hpp"  // excluded_exit_status
+
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -115,9 +117,10 @@ constexpr const char* usage_text =
     "  --tag-output        prefix every output line with \"[rank] \" (the default)\n"
     "  --no-tag-output     do not prefix output lines\n"
     "  --grace-s S         seconds between SIGTERM and SIGKILL when terminating ranks (default 3)\n"
-    "  --elastic           a rank killed by a signal does not end the job: the others may go on\n"
-    "                      without it (communicator::shrink); exit 0 when every rank that exited\n"
-    "                      did so with status 0 and at least one did\n"
+    "  --elastic           a rank killed by a signal, or one that exits with status 75 (a shrink\n"
+    "                      excluded it: gsync::excluded_exit_status), does not end the job: the\n"
+    "                      others may go on without it (communicator::shrink); exit 0 when every\n"
+    "                      other rank that exited did so with status 0 and at least one did\n"
     "  --timeout-s S       terminate the job after S seconds and exit 124 (default: no limit)\n"
     "  -h, --help          print this help and exit\n"
     "\n"
@@ -297,6 +300,10 @@ std::optional<options> parse_command_line(int argc, char** argv, std::optional<u
                                                         : "";
         return fail("-x " + var + ": gsyncrun sets this variable itself" + hint);
       }
+      // A value on the command line is shown to every user of the host (ps, /proc/PID/cmdline).
+      if (var == "GSYNC_JOB_KEY" && v.find('=') != std::string::npos)
+        return fail("-x GSYNC_JOB_KEY=...: the key would be visible to every user of this host in ps; give it in a file "
+                    "(-x GSYNC_JOB_KEY_FILE=PATH, mode 0600) or export GSYNC_JOB_KEY and pass -x GSYNC_JOB_KEY");
       if (v.find('=') == std::string::npos) {
         const char* current = std::getenv(var.c_str());
         if (current == nullptr) return fail("-x " + var + ": not set in gsyncrun's environment");
@@ -782,6 +789,11 @@ class job {
            "; --elastic: the other ranks go on");
       return;
     }
+    if (opt_.elastic && rank.wait_status == gsync::excluded_exit_status) {  // the survivors went on without it
+      diag("rank " + std::to_string(r) + " (pid " + std::to_string(rank.pid) + ") exited with status " + std::to_string(rank.wait_status) +
+           " (excluded by a shrink); --elastic: the other ranks go on");
+      return;
+    }
 
     std::string what;
     if (rank.wait_code == CLD_EXITED) {
@@ -1208,5 +1220,6 @@ int main(int argc, char** argv) {
 
   job j(opt, signal_fd);
   j.launch(plan, envs);
+  if (key_fd >= 0) ::close(key_fd);  // every rank holds its own copy: none left here for /proc/PID/fd to show
   return j.run();
 }

@@ -64,7 +64,8 @@ void allgather_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
 template <class X, class T>
 void check_allgather(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
   const std::size_t n = static_cast<std::size_t>(comm.size()), c = in.size();
-  check_size("allgather", "output", out.size(), n * c, "world size x input elements");
+  check_extent("allgather", "output", out.size(), sizeof(T));
+  check_blocks("allgather", "output", out.size(), n, c, "world size x input elements");
   const bool in_place = static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + comm.rank() * c);
   if (!in_place && overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
     invalid("allgather", "input and output overlap, but the input is not block " + std::to_string(comm.rank()) +

@@ -97,6 +97,7 @@ request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t 
 /// Checks out-of-place allreduce arguments: equal sizes, same buffer or no overlap.
 template <class T>
 void check_allreduce(std::span<const T> in, std::span<T> out) {
+  check_extent("allreduce", "input", in.size(), sizeof(T));
   if (in.size() != out.size())
     throw error(errc::invalid_argument, "allreduce: input has " + std::to_string(in.size()) + " elements but output has " +
                                             std::to_string(out.size()));
@@ -147,6 +148,7 @@ void allreduce(communicator<X>& comm, std::span<const std::type_identity_t<T>> i
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, std::span<T> data, Op op = {}) {
+  detail::check_extent("allreduce", "data", data.size(), sizeof(T));
   detail::allreduce_impl<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
 }
 
@@ -167,6 +169,7 @@ request allreduce_async(communicator<X>& comm, std::span<const std::type_identit
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
+  detail::check_extent("allreduce", "data", data.size(), sizeof(T));
   return detail::allreduce_issue<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
 }
 
@@ -179,6 +182,7 @@ request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator<X>& comm, device_span<T> data, Op op, cuda_stream stream) {
+  detail::check_extent("allreduce", "data", data.size(), sizeof(T));
   (void)detail::allreduce_device<Algo>(comm, data.data(), data.data(), data.size(), op, stream);
 }
 
@@ -198,6 +202,7 @@ void allreduce(communicator<X>& comm, device_span<const std::type_identity_t<T>>
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
   requires reduction_op<Op, T>
 request allreduce_async(communicator<X>& comm, device_span<T> data, Op op, cuda_stream stream) {
+  detail::check_extent("allreduce", "data", data.size(), sizeof(T));
   return detail::allreduce_device<Algo>(comm, data.data(), data.data(), data.size(), op, stream);
 }
 

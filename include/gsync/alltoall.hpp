@@ -62,6 +62,7 @@ void alltoall_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std:
 template <class X, class T>
 void check_alltoall(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
   const std::size_t n = static_cast<std::size_t>(comm.size());
+  check_extent("alltoall", "input", in.size(), sizeof(T));
   check_size("alltoall", "output", out.size(), in.size(), "as many elements as the input");
   if (in.size() % n != 0)
     invalid("alltoall", "input has " + std::to_string(in.size()) + " elements, not a multiple of the world size " +

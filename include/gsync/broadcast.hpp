@@ -74,6 +74,7 @@ void broadcast_impl(communicator<X>& comm, T* data, std::size_t count, int root)
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void broadcast(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
+  detail::check_extent("broadcast", "data", data.size(), sizeof(T));
   detail::broadcast_impl<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.size(), root);
 }
 
@@ -83,6 +84,7 @@ void broadcast(communicator<X>& comm, std::span<T> data, int root) {
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request broadcast_async(communicator<X>& comm, std::span<T> data, int root) {
   detail::check_rank("broadcast", "root", root, comm.size());
+  detail::check_extent("broadcast", "data", data.size(), sizeof(T));
   using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   return detail::launch_async(comm, "broadcast", [root, d = data.data(), n = data.size()](communicator<X>& x, op_ticket tk) {
     detail::broadcast_run<Algo, space>(x, tk, d, n, root);
@@ -121,6 +123,7 @@ request broadcast_device(communicator<X>& comm, T* data, std::size_t count, int 
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 void broadcast(communicator<X>& comm, device_span<T> data, int root, cuda_stream stream) {
   detail::check_rank("broadcast", "root", root, comm.size());
+  detail::check_extent("broadcast", "data", data.size(), sizeof(T));
   (void)detail::broadcast_device<Algo>(comm, data.data(), data.size(), root, stream);
 }
 
@@ -129,6 +132,7 @@ void broadcast(communicator<X>& comm, device_span<T> data, int root, cuda_stream
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
 request broadcast_async(communicator<X>& comm, device_span<T> data, int root, cuda_stream stream) {
   detail::check_rank("broadcast", "root", root, comm.size());
+  detail::check_extent("broadcast", "data", data.size(), sizeof(T));
   return detail::broadcast_device<Algo>(comm, data.data(), data.size(), root, stream);
 }
 

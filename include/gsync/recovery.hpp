@@ -11,7 +11,8 @@
 ///   } catch (const gsync::error& e) {
 ///     if (e.kind() != gsync::errc::peer_lost && e.kind() != gsync::errc::aborted) throw;
 ///     comm = comm.shrink();  // every survivor calls it; ranks keep their old order
-///   }
+///   }                          // a rank the others went on without gets errc::excluded
+///   if (comm.last_shrink().my_ops > comm.last_shrink().agreed_ops) { /* redo the last step */ }
 ///   if (!comm.health()) comm = comm.shrink();  // between steps: a peer stopped or vanished
 /// \endcode
 
@@ -28,13 +29,16 @@
 namespace gsync {
 
 template <transport_policy X>
-communicator<X> communicator<X>::shrink()
+communicator<X> communicator<X>::shrink(const shrink_options& opt)
   requires shrinkable_transport<X>
 {
   if (!x_) null_use();
+  if (opt.min_size < 0) throw error(errc::invalid_argument, "shrink: min_size " + std::to_string(opt.min_size) + " is negative");
+  quiesce();  // what failed is over: the count of completed collectives is final
+  shrink_report rep;
   std::unique_ptr<X> next;
   try {
-    next = x_->shrink(cfg_.timeout);
+    next = x_->shrink(cfg_.timeout, shrink_terms{opt.min_size, numbers_.completed_count()}, rep);
   } catch (const error&) {
     throw;
   } catch (const std::bad_alloc&) {
@@ -42,7 +46,9 @@ communicator<X> communicator<X>::shrink()
   } catch (const std::exception& e) {
     throw error(errc::system, std::string("shrink: ") + e.what());
   }
-  return communicator(std::move(next), cfg_, -1);
+  communicator c(std::move(next), cfg_, -1);
+  c.shrunk_ = std::move(rep);
+  return c;
 }
 
 template <transport_policy X>

@@ -64,6 +64,7 @@ void reduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::s
 template <class X, class T>
 void check_reduce(const communicator<X>& comm, std::span<const T> in, std::span<T> out, int root) {
   check_rank("reduce", "root", root, comm.size());
+  check_extent("reduce", "input", in.size(), sizeof(T));
   if (comm.rank() == root) {
     check_size("reduce", "output", out.size(), in.size(), "on the root, the output has as many elements as the input");
     if (static_cast<const void*>(in.data()) != static_cast<const void*>(out.data()) &&

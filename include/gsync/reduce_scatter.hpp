@@ -69,7 +69,8 @@ void reduce_scatter_run(communicator<X>& comm, op_ticket tk, const T* in, T* out
 template <class X, class T>
 void check_reduce_scatter(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
   const std::size_t n = static_cast<std::size_t>(comm.size()), c = out.size();
-  check_size("reduce_scatter", "input", in.size(), n * c, "world size x output elements");
+  check_extent("reduce_scatter", "input", in.size(), sizeof(T));
+  check_blocks("reduce_scatter", "input", in.size(), n, c, "world size x output elements");
   const bool in_place = static_cast<const void*>(out.data()) == static_cast<const void*>(in.data() + comm.rank() * c);
   if (!in_place && overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
     invalid("reduce_scatter", "input and output overlap, but the output is not block " + std::to_string(comm.rank()) +

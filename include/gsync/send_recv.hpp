@@ -144,6 +144,7 @@ template <transport_policy X, class U>
 void send(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  detail::check_extent("send", "data", data.size(), sizeof(data[0]));
   using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_send_op(peer);
   comm.execute("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
@@ -160,6 +161,7 @@ template <transport_policy X, class U>
 request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) {
   using T = std::remove_const_t<U>;
   detail::check_p2p("send", peer, tag, comm.rank(), comm.size());
+  detail::check_extent("send", "data", data.size(), sizeof(data[0]));
   using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_send_op(peer);
   return comm.issue("send", [tk, d = static_cast<const T*>(data.data()), n = data.size(), peer, tag](communicator<X>& c) {
@@ -173,6 +175,7 @@ request send_async(communicator<X>& comm, std::span<U> data, int peer, int tag) 
 template <transport_policy X, element T>
 void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  detail::check_extent("recv", "data", data.size(), sizeof(data[0]));
   using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_recv_op(peer);
   comm.execute("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {
@@ -186,6 +189,7 @@ void recv(communicator<X>& comm, std::span<T> data, int peer, int tag) {
 template <transport_policy X, element T>
 request recv_async(communicator<X>& comm, std::span<T> data, int peer, int tag) {
   detail::check_p2p("recv", peer, tag, comm.rank(), comm.size());
+  detail::check_extent("recv", "data", data.size(), sizeof(data[0]));
   using space = memory_space_of_t<decltype(data)>;  // std::span: host memory
   const op_ticket tk = comm.next_recv_op(peer);
   return comm.issue("recv", [tk, d = data.data(), n = data.size(), peer, tag](communicator<X>& c) {

@@ -64,10 +64,19 @@ class store_core {
   const store_limits& limits() const noexcept { return lim_; }
 
   /// A new connection `id` (unique, never reused) from address `from` ("ip:port"). False when a
-  /// limit refuses it: the caller closes it at once.
+  /// limit refuses it: the caller closes it at once. When the handshake slots (of its address, or
+  /// in all) are taken, the oldest connection still in the handshake there makes room instead: a
+  /// stranger holding slots cannot keep a rank out, since a rank proves the key within
+  /// milliseconds and only a newer connection can push it out.
   bool open(std::uint64_t id, const std::string& from, clock::time_point now) {
     const std::string source = from.substr(0, from.rfind(':'));
-    if (conns_.size() >= lim_.connections || preauth_ >= lim_.preauth_total || preauth_of_[source] >= lim_.preauth_per_source) {
+    if (conns_.size() >= lim_.connections) {
+      note_drop("connection from " + from + " refused: " + std::to_string(conns_.size()) + " connections are open");
+      return false;
+    }
+    if (preauth_of_[source] >= lim_.preauth_per_source) evict_oldest_preauth(&source);
+    if (preauth_ >= lim_.preauth_total) evict_oldest_preauth(nullptr);
+    if (preauth_ >= lim_.preauth_total || preauth_of_[source] >= lim_.preauth_per_source) {  // nothing to evict (limits of 0)
       if (preauth_of_[source] == 0) preauth_of_.erase(source);
       note_drop("connection from " + from + " refused: too many connections still in the handshake");
       return false;
@@ -221,6 +230,27 @@ class store_core {
   conn* find(std::uint64_t id) {
     auto it = conns_.find(id);
     return it == conns_.end() ? nullptr : it->second.get();
+  }
+  // Drops the oldest connection still in the handshake (from `source` when given), if any.
+  // Entries of connections no longer in the handshake are pruned on the way; others skipped.
+  void evict_oldest_preauth(const std::string* source) {
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      conn* c = find(it->second);
+      if (!c || c->dead || !c->hs) {
+        it = handshakes_.erase(it);
+        continue;
+      }
+      if (source && c->source != *source) {
+        ++it;
+        continue;
+      }
+      handshakes_.erase(it);
+      leave_preauth(*c);
+      c->hs.reset();  // counted out of the handshake slots now (take_dead would do it later)
+      note_drop("connection from " + c->from + " dropped: the oldest of those still in the handshake, to make room for a new one");
+      kill(*c);
+      return;
+    }
   }
   void leave_preauth(conn& c) {
     --preauth_;

@@ -52,6 +52,7 @@
 #include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/op_numbering.hpp"
+#include "gsync/core/shrink_terms.hpp"
 #include "gsync/core/progress_engine.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/core/timeout_guard.hpp"
@@ -215,16 +216,23 @@ class communicator {
   /// `health()` reported a lost peer, a communicator of the same type over the ranks still alive,
   /// numbered in their old order, with this one's settings: collective over the survivors, each
   /// of which calls it (this one stays broken). The survivors agree on who they are, also when
-  /// rank 0 is the one lost; a rank that fails meanwhile is left out, and a rank the others have
-  /// given up fails with peer_lost. A communicator made by `split` shrinks to its own survivors
-  /// (every communicator a rank belongs to is shrunk separately, in the same order on every rank,
-  /// as any collective). Defined in gsync/recovery.hpp (included by every collective's header).
+  /// rank 0 is the one lost; a rank that fails meanwhile is left out. They go on only as a
+  /// majority of this communicator (or exactly half with its rank 0, or `opt.min_size`): a rank
+  /// left out, cut off on the smaller side, or stopped while the others went on fails with
+  /// `errc::excluded` (core/shrink_terms.hpp). `last_shrink()` of the result says how many
+  /// collectives every survivor completed. A communicator made by `split` shrinks to its own
+  /// survivors (every communicator a rank belongs to is shrunk separately, in the same order on
+  /// every rank, as any collective). Defined in gsync/recovery.hpp (included by every collective's header).
   /// \code
   ///   try { gsync::allreduce(comm, grad); }
   ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }
   /// \endcode
-  communicator shrink()
+  communicator shrink(const shrink_options& opt = {})
     requires shrinkable_transport<X>;
+  /// What the shrink that made this communicator agreed (core/shrink_terms.hpp): the collectives
+  /// of the old one completed by every member, this rank's own count, the old ranks. Empty
+  /// (`old_size` 0) for a communicator not made by a shrink.
+  const shrink_report& last_shrink() const noexcept { return shrunk_; }
 
   /// Whether this communicator can still be used, without blocking and without talking to the
   /// peers; callable from any thread. Not `ok()` once an operation failed, after `abort()`, or
@@ -325,6 +333,8 @@ class communicator {
   /// of collectives). Called at issue, on the issuing thread; inside a submit() job (on the
   /// engine thread) the numbers come from the jobs' own counter (from 2^63).
   std::uint64_t next_seq() noexcept { return numbers_.collective(in_job()); }
+  /// Counts a collective that completed on this rank (called by its scope, detail::op_scope).
+  void count_completed() noexcept { numbers_.completed(); }
   /// Numbers a new collective and records the timeout in force (see `next_seq`, `issue_timeout`).
   op_ticket next_op() { return {next_seq(), issue_timeout()}; }
   /// Numbers the next point-to-point message to `peer`, with the timeout in force.
@@ -477,6 +487,7 @@ class communicator {
     trace_ = std::move(o.trace_);
     device_state_ = std::move(o.device_state_);
     ipc_state_ = std::move(o.ipc_state_);
+    shrunk_ = std::move(o.shrunk_);
     engine_ = std::move(o.engine_);
     if (engine_) engine_->rebind(this);
   }
@@ -499,6 +510,7 @@ class communicator {
   std::shared_ptr<trace_writer> trace_;
   std::shared_ptr<void> device_state_;                // device_state_slot()
   std::shared_ptr<void> ipc_state_;                   // ipc_state_slot()
+  shrink_report shrunk_;                              // last_shrink()
   std::unique_ptr<detail::progress_engine> engine_;  // null until the first asynchronous call
 };
 

@@ -19,6 +19,7 @@
 #include "gsync/core/cost_model.hpp"
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/fingerprint.hpp"
+#include "gsync/core/shrink_terms.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/function_ref.hpp"
 
@@ -101,12 +102,14 @@ concept splittable_transport = transport_policy<X> && requires(const X& x, const
   { x.comm_id() } -> std::convertible_to<std::uint64_t>;
 };
 
-/// A transport that can go on without its failed ranks: `x.shrink(timeout)`, collective over the
-/// ranks still alive, returns a new endpoint over them, numbered in their old order (see
+/// A transport that can go on without its failed ranks: `x.shrink(timeout, terms, report)`,
+/// collective over the ranks still alive, returns a new endpoint over them, numbered in their old
+/// order, when they satisfy `terms` (core/shrink_terms.hpp: a majority, or the caller's minimum),
+/// else fails with `errc::excluded`; it fills `report` with what they agreed (see
 /// transport/mesh/shrink.ipp for the TCP / shared-memory transport's agreement).
 template <class X>
-concept shrinkable_transport = transport_policy<X> && requires(const X& x, std::chrono::milliseconds t) {
-  { x.shrink(t) } -> std::same_as<std::unique_ptr<X>>;
+concept shrinkable_transport = transport_policy<X> && requires(const X& x, std::chrono::milliseconds t, const shrink_terms& terms, shrink_report& r) {
+  { x.shrink(t, terms, r) } -> std::same_as<std::unique_ptr<X>>;
 };
 
 /// A transport that counts the payload bytes it was handed to send (`x.payload_bytes_posted()`,

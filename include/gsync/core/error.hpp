@@ -25,7 +25,12 @@ enum class errc : int {
   non_finite = 8,        ///< gradients held NaN or Inf (raised on every rank alike; the data is intact)
   cuda = 9,              ///< a CUDA call failed (the message names the call and CUDA's error)
   corrupted = 10,        ///< a payload failed its checksum (GSYNC_CHECKSUM): the link between two ranks altered it
+  excluded = 11,         ///< a shrink went on without this rank (it was cut off or stopped, or on a partition's smaller side)
 };
+
+/// The exit status a rank that `shrink` excluded should end with (`exit(gsync::excluded_exit_status)`):
+/// `gsyncrun --elastic` lets such a rank go without ending the others (75 is sysexits' EX_TEMPFAIL).
+inline constexpr int excluded_exit_status = 75;
 
 namespace detail {
 class error_category_impl final : public std::error_category {
@@ -43,6 +48,7 @@ class error_category_impl final : public std::error_category {
       case errc::non_finite: return "non-finite values";
       case errc::cuda: return "CUDA error";
       case errc::corrupted: return "corrupted data";
+      case errc::excluded: return "excluded";
     }
     return "unknown gsync error";
   }

@@ -9,9 +9,17 @@
 /// collective run inside a job must be run inside a job on every rank.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gsync::detail {
+
+/// An operation's number for messages: "op #N", or "job op #N" for one issued inside a submit()
+/// job (numbered from 2^63, see op_numbering), never the raw 2^63 + N.
+inline std::string op_label(std::uint64_t seq) {
+  constexpr std::uint64_t bit = std::uint64_t{1} << 63;
+  return (seq & bit ? "job op #" : "op #") + std::to_string(seq & ~bit);
+}
 
 class op_numbering {
  public:
@@ -22,6 +30,10 @@ class op_numbering {
   std::uint64_t collective(bool in_job) noexcept { return in_job ? in_job_bit | ++job_seq_ : ++seq_; }
   /// The next message's number to `peer` of `size` ranks (1, 2, ...).
   std::uint64_t send(int peer, int size, bool in_job) { return (in_job ? in_job_bit : 0) | ++at(in_job ? job_p2p_ : p2p_, peer, size).sent; }
+  /// Counts a collective that completed on this rank (detail::op_scope); what a shrink's survivors agree on.
+  void completed() noexcept { ++completed_; }
+  /// Collectives completed so far (read once no operation runs: after a failure, in a shrink).
+  std::uint64_t completed_count() const noexcept { return completed_; }
   /// The next message's number expected from `peer` of `size` ranks (1, 2, ...).
   std::uint64_t recv(int peer, int size, bool in_job) { return (in_job ? in_job_bit : 0) | ++at(in_job ? job_p2p_ : p2p_, peer, size).received; }
 
@@ -35,6 +47,7 @@ class op_numbering {
     return v[static_cast<std::size_t>(peer)];
   }
   std::uint64_t seq_ = 0;
+  std::uint64_t completed_ = 0;          // collectives completed (inside jobs too)
   std::uint64_t job_seq_ = 0;            // collectives inside submit() jobs (engine thread only)
   std::vector<pair_counts> p2p_;         // per peer, for send/recv
   std::vector<pair_counts> job_p2p_;     // per peer, for send/recv inside submit() jobs

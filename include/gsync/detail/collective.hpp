@@ -66,6 +66,25 @@ inline void check_size(std::string_view what, std::string_view buffer, std::size
                       " (" + std::string(rule) + ")");
 }
 
+/// Checks that `count` elements of `elem_size` bytes can exist: at most PTRDIFF_MAX bytes. A span
+/// that claims more (the caller's error) would wrap the size arithmetic into a silent no-op, a
+/// crash or unbounded queueing, so it is refused on every path.
+inline void check_extent(std::string_view what, std::string_view buffer, std::size_t count, std::size_t elem_size) {
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / elem_size)
+    invalid(what, std::string(buffer) + " has " + std::to_string(count) + " elements of " + std::to_string(elem_size) +
+                      " bytes: more bytes than any object can hold (PTRDIFF_MAX)");
+}
+
+/// Checks that a buffer of `got` elements is `blocks` blocks of `block` elements, without the
+/// product wrapping around. \param rule the size rule, for the message.
+inline void check_blocks(std::string_view what, std::string_view buffer, std::size_t got, std::size_t blocks, std::size_t block,
+                         std::string_view rule) {
+  const bool ok = block == 0 ? got == 0 : got % blocks == 0 && got / blocks == block;
+  if (!ok)
+    invalid(what, std::string(buffer) + " has " + std::to_string(got) + " elements but must have " + std::to_string(blocks) + " x " +
+                      std::to_string(block) + " (" + std::string(rule) + ")");
+}
+
 /// Checks a root or peer rank argument: 0 <= rank < world.
 inline void check_rank(std::string_view what, std::string_view role, int rank, int world) {
   if (rank < 0 || rank >= world)
@@ -117,6 +136,7 @@ class op_scope {
     if constexpr (op_aware_transport<X>) comm_.transport().op_finished();
     const auto end = tick_clock::now();  // never before start_ (same thread, see tick_clock)
     const bool failed = std::uncaught_exceptions() > unwinding_;
+    if (!failed && !(id_.tag & tag_p2p)) comm_.count_completed();
     const std::uint64_t bytes = payload_bytes(id_.fp);
     try {
       comm_.counters().record_static(kind_, bytes, std::chrono::duration<double>(end - start_).count(), failed);
@@ -184,6 +204,7 @@ auto make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, 
   static_assert(requires { typename primitives_for<Space, T, Op, X>::type; },
                 "gsync: this memory space has no primitives (specialise primitives_for, core/memory_space.hpp)");
   using P = primitives_t<Space, T, Op, X>;
+  check_extent("collective", "the buffer", count, sizeof(T));
   return P(comm.transport(), id, in, out, count, segment_elems(comm, sizeof(T)), op, comm.make_deadline(), comm.scratch());
 }
 

@@ -15,6 +15,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/op_numbering.hpp"
 
 namespace gsync::transport {
 
@@ -79,7 +80,7 @@ inline std::string describe_message(std::uint32_t tag, std::uint64_t seq, const 
     c.insert(c.size() - 1, (f.dtype ? ", tag " : "tag ") + std::to_string(tag - 0x80000000u));
     return c + " as message #" + std::to_string(seq) + " between the pair";
   }
-  return describe_call(tag_kind(tag), fp) + " as op #" + std::to_string(seq);
+  return describe_call(tag_kind(tag), fp) + " as " + gsync::detail::op_label(seq);
 }
 
 /// Throws `errc::mismatch` unless `h` is the frame the receiver expects (`want`, `want_bytes`).

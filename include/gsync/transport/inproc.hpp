@@ -28,6 +28,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/op_numbering.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/transport/frame.hpp"
 
@@ -219,7 +220,7 @@ class inproc {
       }
       if (me.cv.wait_until(lk, dl) == std::cv_status::timeout && find(q) == q.end())
         fail(lk, errc::timeout, who() + "timed out waiting for a message from rank " + std::to_string(peer) +
-                                    " (op #" + std::to_string(id.seq) + ")" + in_comm());
+                                    " (" + gsync::detail::op_label(id.seq) + ")" + in_comm());
     }
     inproc_world::message m = *find(q);
     try {

@@ -66,8 +66,9 @@ class tcp {
   /// still alive, numbered in their old order: collective over the survivors, each of which calls
   /// it; they agree on who is alive (transport/mesh/shrink.ipp), also when rank 0 is the one lost.
   /// Every wait ends by `timeout`. A split view shrinks to its own survivors: the result is an
-  /// endpoint of its own over them, no longer a view of the job's connections.
-  GSYNC_DECL std::unique_ptr<tcp> shrink(std::chrono::milliseconds timeout) const;
+  /// endpoint of its own over them, no longer a view of the job's connections. They go on only as
+  /// `terms` allow (core/shrink_terms.hpp), else `errc::excluded`; `report` gets what they agreed.
+  GSYNC_DECL std::unique_ptr<tcp> shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report) const;
   /// The view's identity on the wire (0: the job's world).
   std::uint64_t comm_id() const noexcept { return comm_; }
   /// Rank of this view's rank `r` in the job (the world view's numbering, used in messages).

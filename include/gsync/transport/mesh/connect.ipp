@@ -21,38 +21,40 @@
 
 namespace gsync::transport {
 
-// The connections made at start-up (see the file comment); the others wait for first use.
+// The connections made at start-up (see the file comment); the others wait for first use. The
+// higher ranks' dials are admitted concurrently, as in an operation (accept_ready, admit_some):
+// a stranger's silent connections cost a descriptor each, never a wait in series.
 inline void host_mesh::connect_at_start(deadline dl) {
   std::vector<char> now(static_cast<std::size_t>(size_), 0);
   for (int p = 0; p < size_; ++p)
     now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || peers_[static_cast<std::size_t>(p)].via != links::index_of<tcp_link>);
   for (int j = 0; j < rank_; ++j)
     if (now[static_cast<std::size_t>(j)]) dial(j, dl, /*at_start=*/true);
-  int missing = 0;
-  for (int j = rank_ + 1; j < size_; ++j) missing += now[static_cast<std::size_t>(j)];
-  while (missing > 0) {
-    auto s = std::make_unique<detail::net::tcp_socket>(io_);
-    // Wait in slices, asking the store between them whether a rank was lost: a rank that died
-    // before connecting must not keep this one waiting until the setup deadline.
-    bool got = false;
-    while (!got) {
-      const deadline slice = std::min(dl, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
-      got = detail::accept_until(acc_, *s, slice);
-      if (got || slice >= dl) break;
+  const auto missing = [&] {
+    std::string who;
+    for (int j = rank_ + 1; j < size_; ++j)
+      if (now[static_cast<std::size_t>(j)] && !peers_[static_cast<std::size_t>(j)].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
+    return who;
+  };
+  auto next_lost_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+  std::vector<pollfd> fds;
+  for (std::string who = missing(); !who.empty(); who = missing()) {
+    const auto t = std::chrono::steady_clock::now();
+    if (t >= dl) throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
+    // Between waits, ask the store whether a rank was lost: a rank that died before connecting
+    // must not keep this one waiting until the set-up deadline.
+    if (t >= next_lost_check) {
+      next_lost_check = t + std::chrono::milliseconds(250);
       if (store_->check("gsync/lost", dl))
-        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " +
-                                         store_->get("gsync/lost", dl));
+        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " + store_->get("gsync/lost", dl));
     }
-    if (!got) {
-      std::string who;
-      for (int j = rank_ + 1; j < size_; ++j)
-        if (now[static_cast<std::size_t>(j)] && !peers_[static_cast<std::size_t>(j)].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
-      throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
-    }
+    fds.assign(1, pollfd{acc_.native_handle(), POLLIN, 0});
+    for (const auto& a : admitting_) fds.push_back(pollfd{a.s->native_handle(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(50, detail::ms_left(dl))));
     // A higher rank that has finished its set-up may already dial for its first operation: it
     // is admitted too, but only the ones awaited here count.
-    const int r = admit(*s, dl);
-    if (r >= 0 && now[static_cast<std::size_t>(r)]) --missing;
+    accept_ready(dl);
+    admit_some();
   }
 }
 
@@ -69,9 +71,21 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
   const asio::ip::tcp::endpoint ep(addr, r.port);
   std::unique_ptr<detail::net::tcp_socket> s;
   try {
-    s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start && !rec_.rejoining));
-    tune(*s);
-    bootstrap::auth::client_handshake(s->native_handle(), key_, dl, who);
+    for (auto backoff = std::chrono::milliseconds(2);; backoff = std::min(2 * backoff, std::chrono::milliseconds(100))) {
+      s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start && !rec_.rejoining));
+      tune(*s);
+      try {
+        bootstrap::auth::client_handshake(s->native_handle(), key_, dl, who);
+        break;
+      } catch (const error& e) {
+        // Closed before the handshake ended, by a listener that was up a moment ago: the peer may
+        // have dropped this connection to make room among a stranger's (accept_ready). Dial
+        // again; a peer that is gone refuses the next connection.
+        if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + backoff >= dl) throw;
+        note_rejected("dialing " + who + ": the connection was closed during the handshake; dialing again");
+        std::this_thread::sleep_for(backoff);
+      }
+    }
     hello h;
     h.rank = rank_;
     h.size = size_;
@@ -94,34 +108,11 @@ inline bool host_mesh::good_hello(const hello& h) const {
   return records::hello_ok(h, rank_, size_, nonce_) && !peers_[static_cast<std::size_t>(h.rank)].tcp().connected();
 }
 
-// Runs the accepting side of a new connection at start-up: the job-key handshake and the hello, a
-// few seconds at most. Attaches the socket to the dialing rank's TCP link and returns that rank,
-// or logs why it refused the connection and returns -1.
-inline int host_mesh::admit(detail::net::tcp_socket& s, deadline dl) {
-  tune(s);
-  hello h;
-  std::string from;
-  try {
-    asio::error_code ig;
-    from = s.remote_endpoint(ig).address().to_string();
-    const deadline hdl = std::min(dl, std::chrono::steady_clock::now() + admit_limit);
-    std::string why;
-    if (!bootstrap::auth::accept_handshake(s.native_handle(), key_, hdl, "connecting peer " + from, why)) {
-      log_.warn("rejected a connection from " + from + ": " + why);
-      return -1;
-    }
-    detail::read_all(s.native_handle(), &h, sizeof h, hdl, "connecting peer " + from);
-  } catch (const error& e) {
-    log_.warn("rejected a connection from " + from + ": " + e.what());
-    return -1;
-  }
-  if (!good_hello(h)) {
-    log_.warn("rejected a connection from " + from + ": not a rank of this job (bad hello)");
-    return -1;
-  }
-  peers_[static_cast<std::size_t>(h.rank)].tcp().attach(s.release());  // the TCP link owns the socket from here
-  ++connected_;
-  return h.rank;
+// A connection refused or dropped, in the log: the first 16 in full, then one line per 1000, so
+// that a stranger's flood cannot fill the log (or a disk, with GSYNC_DEBUG_FILE).
+inline void host_mesh::note_rejected(const std::string& what) {
+  if (++rejected_ <= 16 || rejected_ % 1000 == 0)
+    log_.warn(what + (rejected_ > 16 ? " (" + std::to_string(rejected_) + " connections refused or dropped so far)" : ""));
 }
 
 // Takes every connection waiting on the listener now, without blocking: each is admitted as its
@@ -138,12 +129,16 @@ inline void host_mesh::accept_ready(deadline) {
         fail(errc::system, bootstrap::fd_exhausted("rank " + std::to_string(rank_) + ": accepting a peer's connection", size_).what());
       return;  // would block (nothing waiting), or a connection that went away before it was taken
     }
+    detail::set_cloexec(s->native_handle());
     tune(*s);
     asio::error_code ig;
     std::string from = s->remote_endpoint(ig).address().to_string();
-    if (admitting_.size() >= max_admitting) {  // a flood: the peers of this job dial once each
-      log_.warn("rejected a connection from " + from + ": " + std::to_string(max_admitting) + " connections are already being admitted");
-      continue;
+    if (admitting_.size() >= max_admitting) {
+      // A flood: the oldest makes room. A rank of this job proves the key within milliseconds, so
+      // only a faster flood than that could push it out, and its dial then tries again.
+      note_rejected("dropped a connection from " + admitting_.front().from + ": the oldest of " + std::to_string(max_admitting) +
+                    " connections in the handshake, to make room for a new one");
+      admitting_.erase(admitting_.begin());
     }
     admitting_.push_back({std::move(s), std::make_unique<bootstrap::auth::server_handshake>(key_), {}, false,
                           std::chrono::steady_clock::now() + admit_limit, std::move(from)});
@@ -190,7 +185,7 @@ inline void host_mesh::admit_some() {
       done = true;
     }
     if (why.empty() && !done && now >= a.until) why = "did not complete the handshake within " + std::to_string(admit_limit.count()) + " s";
-    if (!why.empty()) log_.warn("rejected a connection from " + a.from + ": " + why);
+    if (!why.empty()) note_rejected("rejected a connection from " + a.from + ": " + why);
     if (done || !why.empty()) {
       admitting_.erase(admitting_.begin() + static_cast<std::ptrdiff_t>(k));
       continue;

@@ -147,11 +147,11 @@ inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
       if (at != 0 && fp.comm != 0)
         behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (waiting in " + describe_message(tag, at, fp) + " of " + comm_label(fp.comm) + ")";
       else if (at == 0) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (no record: busy elsewhere or hung outside gsync)";
-      else if (at < seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at op #" + std::to_string(at) + ")";
+      else if (at < seq) behind += (behind.empty() ? "" : ", ") + std::to_string(j) + " (stuck at " + gsync::detail::op_label(at) + ")";
       else waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
     }
     std::string m = behind.empty() ? "; every other rank has reached it and is waiting too (a lost message or a dead link?)"
-                                   : "; ranks that have not reached op #" + std::to_string(seq) + ": " + behind;
+                                   : "; ranks that have not reached " + gsync::detail::op_label(seq) + ": " + behind;
     if (!waiting.empty()) m += "; waiting at or after it: " + waiting;
     return m;
   } catch (const std::exception& e) {

@@ -85,7 +85,7 @@ inline void host_mesh::on_heartbeat(const heartbeat::news& n) noexcept {
     who = hb_lost_;
     why = hb_lost_why_;
   }
-  fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + why + (cur_op_ ? " (this rank was in op #" + std::to_string(cur_op_) + ")" : std::string()), who);
+  fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + why + (cur_op_ ? " (this rank was in " + gsync::detail::op_label(cur_op_) + ")" : std::string()), who);
 }
 
 inline health_report host_mesh::health() const noexcept {
@@ -149,7 +149,7 @@ inline health_report host_mesh::health() const noexcept {
   const int first = nt.first;
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
                             (first >= 0 && first != peer ? " after losing rank " + std::to_string(first) : std::string()) +
-                            (id.seq ? " during op #" + std::to_string(id.seq) : std::string()) + ": " + why, first);
+                            (id.seq ? " during " + gsync::detail::op_label(id.seq) : std::string()) + ": " + why, first);
 }
 
 // The last words of a failing rank: to every peer whose outgoing stream is at a message
@@ -203,21 +203,21 @@ inline void host_mesh::check_bell_peers(int in_peer, message_id id) {
   if (in_peer >= 0 && peers_[in_peer].by_doorbell() && !bell_ready(in_peer))
     if (auto why = gone(in_peer); !why.empty())
       lost(in_peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(in_peer) + " (same host) " + why +
-                        " during op #" + std::to_string(id.seq) + " while this rank waited for its data", culprit);
+                        " during " + gsync::detail::op_label(id.seq) + " while this rank waited for its data", culprit);
   for (int p : bell_peers_)  // a same-host peer that failed (not one that left normally) fails this wait too
     if (const std::uint32_t v = bell_failed(p); v && !(v & shm_left) && p != in_peer) {
       const int first = static_cast<int>(v) - 1;
       const bool chain = first != p && first >= 0 && first < size_;
       lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) failed" +
                   (chain ? " after losing rank " + std::to_string(first) : std::string()) +
-                  (id.seq ? " during op #" + std::to_string(id.seq) : std::string(" while this rank's sends were pending")),
+                  (id.seq ? " during " + gsync::detail::op_label(id.seq) : std::string(" while this rank's sends were pending")),
            chain ? first : p);
     }
   for (int p : bell_peers_)
     if (!peers_[p].q().empty())
       if (auto why = gone(p); !why.empty())
         lost(p, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " (same host) " + why +
-                       " during op #" + std::to_string(id.seq) + " before taking the data sent to it", culprit);
+                       " during " + gsync::detail::op_label(id.seq) + " before taking the data sent to it", culprit);
 }
 
 // `peer`, which this rank is not waiting for, closed its connection: fail with its failure
@@ -241,7 +241,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   } catch (const error&) {
     return;
   }
-  lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed during op #" + std::to_string(id.seq));
+  lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed during " + gsync::detail::op_label(id.seq));
 }
 
 // A peer's connection closed or its `failed` flag rose: if it left a failure record (a mismatch

@@ -108,6 +108,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/op_numbering.hpp"
 #include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
@@ -175,7 +176,8 @@ class host_mesh {
   /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
   /// `group`: the ranks of the communicator shrunk, in its order (empty: the job's world);
   /// `comm`: its identity (fingerprint::comm).
-  std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout, const std::vector<int>& group = {}, std::uint64_t comm = 0);
+  std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report,
+                                    const std::vector<int>& group = {}, std::uint64_t comm = 0);
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
   /// What this rank knows of failures, without blocking, from any thread (failure.ipp).
   health_report health() const noexcept;
@@ -313,7 +315,7 @@ class host_mesh {
   // Connections (connect.ipp).
   void connect_at_start(deadline dl);
   void dial(int peer, deadline dl, bool at_start);
-  int admit(detail::net::tcp_socket& s, deadline dl);
+  void note_rejected(const std::string& what);
   void accept_ready(deadline dl);
   void admit_some();
   bool good_hello(const hello& h) const;
@@ -402,6 +404,7 @@ class host_mesh {
   void close_agreement(std::uint64_t comm, bool done) noexcept;
   shrink_agreement agree_survivors(const shrink_round& sr, std::set<int> dead, deadline dl);
   shrink_agreement coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl);
+  [[noreturn]] void refuse_minority(const shrink_round& sr, const std::set<int>& reached, const std::set<int>& dead, int need, std::int64_t seen);
   bootstrap::store_server& recovery_store();
   std::chrono::milliseconds liveness() const noexcept { return std::chrono::milliseconds(opt_.liveness_ms > 0 ? opt_.liveness_ms : 10000); }
   // The store's bounds, with this job's liveness for its connections.
@@ -482,6 +485,7 @@ class host_mesh {
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   std::vector<admitting> admitting_;  // after io_: its sockets must go before the io_context
+  std::uint64_t rejected_ = 0;        // connections refused or dropped (note_rejected)
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;

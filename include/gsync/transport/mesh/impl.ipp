@@ -27,9 +27,9 @@ GSYNC_DECL tcp::~tcp() {
   if (comm_ != 0 && m_) m_->forget_comm(comm_);
 }
 
-GSYNC_DECL std::unique_ptr<tcp> tcp::shrink(std::chrono::milliseconds timeout) const {
+GSYNC_DECL std::unique_ptr<tcp> tcp::shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report) const {
   std::unique_ptr<tcp> t(new tcp());
-  t->m_ = m_->shrink(timeout, world_, comm_);  // a split view: over its members, in its order
+  t->m_ = m_->shrink(timeout, terms, report, world_, comm_);  // a split view: over its members, in its order
   t->rank_ = t->m_->rank();
   t->size_ = t->m_->size();
   t->name_ = t->m_->name();

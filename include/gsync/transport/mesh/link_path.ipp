@@ -184,7 +184,7 @@ inline void host_mesh::verify_checksum(int peer, L& l, const frame_header& data,
 [[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err) {
   if (err == link_io::closed)
     lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
-                   " closed its connection (it exited, crashed or failed) during op #" + std::to_string(id.seq), peer);
+                   " closed its connection (it exited, crashed or failed) during " + gsync::detail::op_label(id.seq), peer);
   lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while receiving (" +
                  detail::errno_text(err) + ")");
 }

@@ -17,12 +17,21 @@
 ///     join slot and record "rank + the ranks it knows dead" in it.
 ///   - The coordinator waits until every rank has joined or is known dead to someone, or for
 ///     twice the liveness time, then decides the members: the ranks that joined, minus every rank
-///     any of them knows dead. It starts a fresh store for the new endpoint and answers every
-///     join slot taken since its last decision with that store's port and the members. A rank on
-///     someone's dead list, or that joins after the decision, is told it was excluded
-///     (errc::peer_lost). A coordinator that dies before answering is counted dead by the
-///     others, who move on to the next lowest rank (a slot, not a round number, ties a join to
-///     its answer, so a rank that never heard a decision joins the next coordinator like any).
+///     any of them knows dead, with the fewest collectives any of them completed (each join
+///     carries its count). It starts a fresh store for the new endpoint and answers every join
+///     slot taken since its last decision with that store's port, the count and the members. A
+///     rank on someone's dead list, or that joins after the decision, is told it was excluded
+///     (errc::excluded). A coordinator that dies before answering is counted dead by the others,
+///     who move on to the next lowest rank (a slot, not a round number, ties a join to its
+///     answer, so a rank that never heard a decision joins the next coordinator like any).
+///   - No split brain: the members must be a quorum of the communicator being shrunk (a
+///     majority, or exactly half with its rank 0, or the largest min_size a joiner asked for:
+///     core/shrink_terms.hpp). Each rank sets up at most one new endpoint per shrink, and each
+///     set-up needs every member it names, so two endpoints would need two disjoint quorums,
+///     which cannot exist. A coordinator that cannot reach a quorum (at once, when even the ranks
+///     not known dead are too few, else at the end of its wait) decides nothing: it and the ranks
+///     that joined it fail with errc::excluded (refuse_minority). So a rank cut off by a
+///     partition, or stopped while the others went on and then resumed, never goes on alone.
 ///   - The members set up the new endpoint through that store, as at start-up (the coordinator is
 ///     its rank 0), with two differences (`rejoin`): a member whose set-up record is not in the
 ///     store within the liveness time of the decision died meanwhile, and the set-up is all or
@@ -55,6 +64,7 @@ inline bootstrap::store_server& host_mesh::recovery_store() {
 
 // The coordinator's side (see the file comment): collects the joins not answered yet in its
 // agreement store, decides, starts the new endpoint's store and answers each join with both.
+// Without a quorum (core/shrink_terms.hpp) it decides nothing: see refuse_minority.
 inline shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std::set<int> dead, deadline dl) {
   const int g = static_cast<int>(sr.group.size());
   bootstrap::store_server& agreement = recovery_store();
@@ -67,6 +77,8 @@ inline shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std
   std::int64_t seen = served;
   std::set<std::int64_t> pending;  // join slots taken whose record has not arrived (its rank may have died in between)
   std::set<int> joined{sr.me};
+  std::map<int, std::uint64_t> ops{{sr.me, sr.terms.completed_ops}};  // collectives each joiner completed
+  int min_size = sr.terms.min_size;  // the largest any joiner asked for
   std::string seen_by;  // "R D1 D2": rank R saw ranks D1, D2 die (for the log)
   const auto until = std::min(dl, std::chrono::steady_clock::now() + 2 * liveness());
   for (;;) {
@@ -78,39 +90,82 @@ inline shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std
       if (sc.check(sr.prefix + "join/" + std::to_string(i), dl)) keys.push_back(sr.prefix + "join/" + std::to_string(i)), slots.push_back(i);
     if (!keys.empty()) {
       for (const auto& v : sc.get_many(keys, dl)) {
+        std::uint64_t head[3];
+        std::string_view rest;
         std::vector<int> r;
-        if (!detail_shrink::parse_ranks(v, g, r) || r.empty())
+        if (!detail_shrink::parse_head(v, 3, head, rest) || head[0] >= static_cast<std::uint64_t>(g) || head[2] > static_cast<std::uint64_t>(g) ||
+            !detail_shrink::parse_ranks(rest, g, r))
           throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": shrink: bad join record '" + v.substr(0, 100) + "'");
-        joined.insert(r[0]);
-        dead.insert(r.begin() + 1, r.end());
-        if (r.size() > 1) seen_by += (seen_by.empty() ? "" : "; ") + v;
+        const int who = static_cast<int>(head[0]);
+        joined.insert(who);
+        ops[who] = head[1];
+        min_size = std::max(min_size, static_cast<int>(head[2]));
+        dead.insert(r.begin(), r.end());
+        if (!r.empty()) seen_by += (seen_by.empty() ? "" : "; ") + std::to_string(who) + " " + std::string(rest);
       }
       for (auto i : slots) pending.erase(i);
     }
     dead.erase(sr.me);
     bool all = true;
     for (int r = 0; r < g && all; ++r) all = joined.count(r) || dead.count(r);
+    // Every rank not known dead may still join: if even all of them are too few, waiting is pointless.
+    const int could = g - static_cast<int>(dead.size());
+    if (!detail::shrink_quorum(could, !dead.count(0), g, min_size)) {
+      std::set<int> reached;
+      for (int r : joined)
+        if (!dead.count(r)) reached.insert(r);
+      refuse_minority(sr, reached, dead, detail::shrink_needed(g, min_size, !dead.count(0)), seen);
+    }
     if (all || std::chrono::steady_clock::now() >= until) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::set<int> members;
   for (int r : joined)
     if (!dead.count(r)) members.insert(r);
+  if (!detail::shrink_quorum(static_cast<int>(members.size()), members.count(0) != 0, g, min_size))
+    refuse_minority(sr, members, dead, detail::shrink_needed(g, min_size, members.count(0) != 0), seen);
   a.members.assign(members.begin(), members.end());
+  a.agreed_ops = ops[*members.begin()];
+  for (int r : members) a.agreed_ops = std::min(a.agreed_ops, ops[r]);
   // The new endpoint's store: fresh for every attempt, so that a loss in a failed one does not
   // answer the next one's waits.
   a.server = std::make_unique<bootstrap::store_server>(me.address, 0, log_, key_, store_limits());
   a.store_port = a.server->port();
-  const std::string decision = std::to_string(a.store_port) + " " + detail_shrink::join_ranks(members);
+  const std::string decision = std::to_string(a.store_port) + " " + std::to_string(a.agreed_ops) + " " + detail_shrink::join_ranks(members);
   for (std::int64_t i = served; i < seen; ++i) sc.set(sr.prefix + "decision/" + std::to_string(i), decision, dl);
   served = seen;
   std::string gone;
   for (int r = 0; r < g; ++r)
     if (!members.count(r)) gone += (gone.empty() ? "" : ", ") + std::to_string(r);
   log_.info("shrink: rank " + std::to_string(sr.me) + " coordinated (" + sr.prefix + "); " + std::to_string(members.size()) + " of " +
-            std::to_string(g) + " ranks go on" + (gone.empty() ? "" : ", without " + gone) +
-            (seen_by.empty() ? "" : " (rank and the ranks it saw die: " + seen_by + ")"));
+            std::to_string(g) + " ranks go on" + (gone.empty() ? "" : ", without " + gone) + ", every one of them completed " +
+            std::to_string(a.agreed_ops) + " collectives" + (seen_by.empty() ? "" : " (rank and the ranks it saw die: " + seen_by + ")"));
   return a;
+}
+
+// A coordinator that cannot gather a quorum: it may be the one cut off (a partition's smaller
+// side, or stopped while the others went on), so neither it nor the ranks that joined it go on.
+// It answers their joins so and fails with errc::excluded; a rank joining later is told "gone"
+// (close_agreement) and tries the next rank, which may be on the larger side.
+inline void host_mesh::refuse_minority(const shrink_round& sr, const std::set<int>& reached, const std::set<int>& dead, int need,
+                                       std::int64_t seen) {
+  const int g = static_cast<int>(sr.group.size());
+  try {
+    const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    bootstrap::store_client sc(records_[static_cast<std::size_t>(rank_)].address, rec_.server->port(), d, key_, liveness());
+    std::int64_t& served = rec_.served[sr.comm];
+    const std::string mark = std::string(detail_shrink::minority) + " " + std::to_string(reached.size()) + " " + std::to_string(need);
+    for (; served < seen; ++served) sc.set(sr.prefix + "decision/" + std::to_string(served), mark, d);
+  } catch (...) {  // best effort: such a joiner then waits for its deadline
+  }
+  const std::string lost = dead.empty() ? std::string("none") : detail_shrink::join_ranks(dead);
+  log_.warn("shrink: rank " + std::to_string(sr.me) + " reached " + std::to_string(reached.size()) + " of " + std::to_string(g) +
+            " ranks (" + detail_shrink::join_ranks(reached) + "; known lost: " + lost + "), fewer than the " + std::to_string(need) +
+            " a shrink needs: it does not go on");
+  throw error(errc::excluded, "rank " + std::to_string(sr.me) + ": shrink: excluded: only " + std::to_string(reached.size()) + " of " +
+                                  std::to_string(g) + " ranks could agree here (" + detail_shrink::join_ranks(reached) +
+                                  "; ranks lost as seen from here: " + lost + "), and going on needs " + std::to_string(need) +
+                                  " (a majority, half with rank 0, or shrink_options::min_size): this rank is cut off from the others, or they went on without it");
 }
 
 // After this rank's part in a shrink of communicator `comm` ended: no decision will come from its
@@ -154,7 +209,10 @@ inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::
       bootstrap::store_client sc(rc.address, rc.recovery_port, dl, key_, live, std::min(dl, std::chrono::steady_clock::now() + live));
       const std::int64_t slot = sc.add(sr.prefix + "n", 1, dl) - 1;
       testing::shrink_stage(sr.me, "slot");
-      sc.set(sr.prefix + "join/" + std::to_string(slot), std::to_string(sr.me) + (dead.empty() ? "" : " " + detail_shrink::join_ranks(dead)), dl);
+      sc.set(sr.prefix + "join/" + std::to_string(slot),
+             std::to_string(sr.me) + " " + std::to_string(sr.terms.completed_ops) + " " + std::to_string(sr.terms.min_size) +
+                 (dead.empty() ? "" : " " + detail_shrink::join_ranks(dead)),
+             dl);
       testing::shrink_stage(sr.me, "joined");
       std::string v;
       if (sc.check(sr.prefix + "closed", dl)) v = sc.get(sr.prefix + "closed", dl);  // see close_agreement
@@ -162,18 +220,24 @@ inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::
       if (v == detail_shrink::gone) throw error(errc::peer_lost, "it gave up its shrink");
       if (v == detail_shrink::closed) {
         out = true;
-        throw error(errc::peer_lost, "rank " + std::to_string(sr.me) + ": shrink: excluded: rank " + std::to_string(c) +
-                                         " no longer decides (the others went on without this rank, or it gave up)");
+        throw error(errc::excluded, "rank " + std::to_string(sr.me) + ": shrink: excluded: rank " + std::to_string(c) +
+                                        " no longer decides (the others went on without this rank)");
       }
-      const auto sp = v.find(' ');
-      unsigned port = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + (sp == std::string::npos ? v.size() : sp), port);
-      if (sp == std::string::npos || ec != std::errc{} || end != v.data() + sp || port == 0 || port > 65535 ||
-          !detail_shrink::parse_ranks(std::string_view(v).substr(sp + 1), g, a.members) || a.members.empty() || a.members[0] != c)
+      if (v.starts_with(detail_shrink::minority)) {
+        out = true;
+        throw error(errc::excluded, "rank " + std::to_string(sr.me) + ": shrink: excluded: rank " + std::to_string(c) +
+                                        " coordinated and could not gather a quorum ('" + v.substr(0, 40) +
+                                        "': ranks reached, ranks needed): these ranks are cut off from the others, or they went on without them");
+      }
+      std::uint64_t head[2];
+      std::string_view rest;
+      if (!detail_shrink::parse_head(v, 2, head, rest) || head[0] == 0 || head[0] > 65535 || !detail_shrink::parse_ranks(rest, g, a.members) ||
+          a.members.empty() || a.members[0] != c)
         throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": shrink: bad decision '" + v.substr(0, 100) + "' from rank " + std::to_string(c));
-      a.store_port = static_cast<std::uint16_t>(port);
+      a.store_port = static_cast<std::uint16_t>(head[0]);
+      a.agreed_ops = head[1];
     } catch (const error& e) {
-      if (out || e.kind() == errc::mismatch || e.kind() == errc::auth_failed || e.kind() == errc::invalid_argument) throw;
+      if (out || e.kind() == errc::mismatch || e.kind() == errc::auth_failed || e.kind() == errc::invalid_argument || e.kind() == errc::excluded) throw;
       if (std::chrono::steady_clock::now() >= dl)
         throw error(errc::timeout, "rank " + std::to_string(rank_) + ": shrink: no coordinator answered before the deadline (" + tried +
                                        "rank " + std::to_string(c) + ": " + e.what() + ")");
@@ -184,14 +248,15 @@ inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::
       continue;
     }
     if (std::find(a.members.begin(), a.members.end(), sr.me) == a.members.end())
-      throw error(errc::peer_lost, "rank " + std::to_string(sr.me) + ": shrink: excluded by the survivors (rank " + std::to_string(c) +
+      throw error(errc::excluded, "rank " + std::to_string(sr.me) + ": shrink: excluded by the survivors (rank " + std::to_string(c) +
                                        " coordinated: this rank joined too late, or another rank had seen it fail)");
     return a;
   }
 }
 
 // The endpoint over the survivors (see the file comment).
-inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds timeout, const std::vector<int>& group_in, std::uint64_t comm) {
+inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report,
+                                                    const std::vector<int>& group_in, std::uint64_t comm) {
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard one(rec_.m);
@@ -223,7 +288,7 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
     bool done = false;
     ~closing() { m.close_agreement(comm, done); }
   } close_at_end{*this, comm};
-  const shrink_round sr{group, me, detail_shrink::prefix(comm), comm};
+  const shrink_round sr{group, me, detail_shrink::prefix(comm), comm, terms};
   for (std::size_t attempt = 1;; ++attempt) {
     shrink_agreement a = agree_survivors(sr, known, dl);
     testing::shrink_stage(me, "agreed");
@@ -254,6 +319,10 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) + " ms" +
                 (attempt > 1 ? " and " + std::to_string(attempt) + " attempts" : ""));
       close_at_end.done = true;
+      report.agreed_ops = a.agreed_ops;
+      report.my_ops = terms.completed_ops;
+      report.old_size = static_cast<int>(group.size());
+      report.old_ranks = a.members;
       return next;
     } catch (const error& e) {
       // A member lost while the new endpoint set up (after the agreement): every member's set-up

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gsync/bootstrap/store_server.hpp"
+#include "gsync/core/shrink_terms.hpp"
 
 namespace gsync::transport {
 
@@ -49,8 +50,23 @@ inline bool parse_ranks(std::string_view s, int n, std::vector<int>& out) {
   }
   return true;
 }
-// The answers to a join its coordinator will not decide (see host_mesh::close_agreement).
-inline constexpr std::string_view closed = "closed", gone = "gone";
+// "a b c" -> a, b, c as unsigned numbers, then the rest (after the third blank) in `rest`;
+// false on anything else. The join records ("RANK OPS MIN_SIZE DEAD...") and decisions
+// ("PORT AGREED_OPS MEMBERS...") start so.
+inline bool parse_head(std::string_view s, std::size_t k, std::uint64_t* out, std::string_view& rest) {
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto sp = s.find(' ');
+    const std::string_view t = s.substr(0, sp);
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), out[i]);
+    if (t.empty() || ec != std::errc{} || end != t.data() + t.size()) return false;
+    s = sp == std::string_view::npos ? std::string_view{} : s.substr(sp + 1);
+  }
+  rest = s;
+  return true;
+}
+// The answers to a join its coordinator will not decide (see host_mesh::close_agreement), and
+// the one a coordinator without a quorum gives ("minority REACHED NEEDED", refuse_minority).
+inline constexpr std::string_view closed = "closed", gone = "gone", minority = "minority";
 inline std::string prefix(std::uint64_t comm) { return "shrink/" + std::to_string(comm) + "/"; }
 inline std::string join_ranks(const std::set<int>& r) {
   std::string s;
@@ -74,6 +90,7 @@ struct rejoin {
 /// What a shrink's agreement decided (shrink.ipp).
 struct shrink_agreement {
   std::vector<int> members;                          // ranks in the communicator shrunk, ascending
+  std::uint64_t agreed_ops = 0;                      // collectives every member completed
   int coordinator = -1;                              // the lowest of them, which serves the new store
   std::uint16_t store_port = 0;                      // where it serves it
   std::unique_ptr<bootstrap::store_server> server;   // that store, on the coordinator
@@ -84,6 +101,7 @@ struct shrink_round {
   int me;                         // this rank's place in it
   std::string prefix;             // its keys in the agreement store
   std::uint64_t comm;             // its identity
+  shrink_terms terms;             // this rank's (core/shrink_terms.hpp)
 };
 
 /// One endpoint's shrink bookkeeping.
