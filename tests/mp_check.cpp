@@ -9,6 +9,8 @@
 // --idle (with --loop): after READY, no more operations: every rank polls comm.health() every
 // 20 ms and fails (exit 42 for peer_lost) when it reports a failure, as a rank between
 // operations (computing, loading data) would learn of a lost peer.
+// --delay-ms M: every rank waits M ms after set-up before its first collective (so that a test's
+// stranger has found and filled every listener by the time pairs connect on first use).
 // --orphan-shm: this rank creates /dev/shm/gsync-PID-orphan (as a rank killed during setup would
 // leave it) and exits 3; the launcher must remove it.
 
@@ -48,7 +50,7 @@ int check(gsync::tcp_communicator& comm, std::size_t count, bool in_place) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int die_rank = -1, die_after_ms = 0;
+  int die_rank = -1, die_after_ms = 0, delay_ms = 0;
   bool loop = false, idle = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--loop")) loop = true;
@@ -61,11 +63,13 @@ int main(int argc, char** argv) {
       _exit(3);
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--delay-ms")) delay_ms = std::atoi(argv[++i]);
   }
   int rank = -1;
   try {
     auto comm = gsync::tcp_communicator::from_env();
     rank = comm.rank();
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     if (die_rank >= 0 || loop) {
       if (rank == die_rank)
         std::thread([die_after_ms] {

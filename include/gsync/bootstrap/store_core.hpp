@@ -97,6 +97,7 @@ class store_core {
   void received(std::uint64_t id, const char* p, std::size_t n) {
     conn* c = find(id);
     if (!c || c->dead) return;
+    c->heard = true;
     c->in.append(p, n);
     process(*c);
   }
@@ -217,6 +218,7 @@ class store_core {
     std::string from, source;                    // "ip:port", "ip"
     int rank = -1;                               // announced by hello
     bool left = false;                           // said bye
+    bool heard = false;                          // has sent a byte
     std::vector<std::uint64_t> parked_ids;       // its parked requests
   };
   struct parked {
@@ -231,26 +233,33 @@ class store_core {
     auto it = conns_.find(id);
     return it == conns_.end() ? nullptr : it->second.get();
   }
-  // Drops the oldest connection still in the handshake (from `source` when given), if any.
-  // Entries of connections no longer in the handshake are pruned on the way; others skipped.
+  // Drops the oldest connection still in the handshake (from `source` when given) that has not
+  // sent a byte, else the oldest one: a silent flood never pushes out a client mid-handshake.
+  // Entries of connections no longer in the handshake are pruned from the front (expire() drops
+  // the rest in time).
   void evict_oldest_preauth(const std::string* source) {
-    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
-      conn* c = find(it->second);
-      if (!c || c->dead || !c->hs) {
-        it = handshakes_.erase(it);
-        continue;
+    const auto candidate = [&](std::uint64_t id) {
+      conn* c = find(id);
+      return c && !c->dead && c->hs ? c : nullptr;
+    };
+    while (!handshakes_.empty() && !candidate(handshakes_.front().second)) handshakes_.pop_front();
+    std::size_t pick = handshakes_.size();
+    for (std::size_t i = 0; i < handshakes_.size(); ++i) {
+      conn* c = candidate(handshakes_[i].second);
+      if (!c || (source && c->source != *source)) continue;
+      if (pick == handshakes_.size()) pick = i;
+      if (!c->heard) {
+        pick = i;
+        break;
       }
-      if (source && c->source != *source) {
-        ++it;
-        continue;
-      }
-      handshakes_.erase(it);
-      leave_preauth(*c);
-      c->hs.reset();  // counted out of the handshake slots now (take_dead would do it later)
-      note_drop("connection from " + c->from + " dropped: the oldest of those still in the handshake, to make room for a new one");
-      kill(*c);
-      return;
     }
+    if (pick == handshakes_.size()) return;
+    conn* c = candidate(handshakes_[pick].second);
+    handshakes_.erase(handshakes_.begin() + static_cast<std::ptrdiff_t>(pick));
+    leave_preauth(*c);
+    c->hs.reset();  // counted out of the handshake slots now (take_dead would do it later)
+    note_drop("connection from " + c->from + " dropped: the oldest of those still in the handshake, to make room for a new one");
+    kill(*c);
   }
   void leave_preauth(conn& c) {
     --preauth_;

@@ -134,11 +134,14 @@ inline void host_mesh::accept_ready(deadline) {
     asio::error_code ig;
     std::string from = s->remote_endpoint(ig).address().to_string();
     if (admitting_.size() >= max_admitting) {
-      // A flood: the oldest makes room. A rank of this job proves the key within milliseconds, so
-      // only a faster flood than that could push it out, and its dial then tries again.
-      note_rejected("dropped a connection from " + admitting_.front().from + ": the oldest of " + std::to_string(max_admitting) +
+      // A flood: the oldest connection that has sent nothing makes room, else the oldest. A rank
+      // of this job says its hello at once, so a silent flood cannot push it out, and a dial
+      // pushed out by a busier one tries again.
+      auto victim = std::find_if(admitting_.begin(), admitting_.end(), [](const admitting& a) { return a.in.empty() && !a.challenged && a.hs; });
+      if (victim == admitting_.end()) victim = admitting_.begin();
+      note_rejected("dropped a connection from " + victim->from + ": the oldest of " + std::to_string(max_admitting) +
                     " connections in the handshake, to make room for a new one");
-      admitting_.erase(admitting_.begin());
+      admitting_.erase(victim);
     }
     admitting_.push_back({std::move(s), std::make_unique<bootstrap::auth::server_handshake>(key_), {}, false,
                           std::chrono::steady_clock::now() + admit_limit, std::move(from)});

@@ -202,10 +202,20 @@ inline void heartbeat::accept_some(std::chrono::steady_clock::time_point now) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN, or out of descriptors: the next poll tries again
     std::size_t pending = 0;
-    for (auto& c : conns_) pending += c.role == conn::admitting;
+    conn* silent = nullptr;  // the oldest being admitted that has sent nothing
+    for (auto& c : conns_) {
+      if (c.fd < 0 || c.role != conn::admitting) continue;
+      ++pending;
+      if (!silent && c.step == 0 && c.in.empty() && c.out.empty()) silent = &c;
+    }
     if (pending >= max_pending) {
-      ::close(fd);
-      continue;
+      // A stranger's flood: its oldest silent connection makes room (a neighbour's dial speaks at
+      // once); when every one has spoken, the new one is refused and the dialer tries again.
+      if (!silent) {
+        ::close(fd);
+        continue;
+      }
+      close_conn(*silent);
     }
     detail::tune_control_socket(fd, dead_after_ + period_);
     conn c;

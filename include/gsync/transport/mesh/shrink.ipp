@@ -206,7 +206,10 @@ inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::
     bool out = false;  // the coordinator has closed its agreement: this rank is out (not a reason to try the next rank)
     try {
       if (rc.recovery_port == 0) throw error(errc::peer_lost, "it published no recovery listener");
-      bootstrap::store_client sc(rc.address, rc.recovery_port, dl, key_, live, std::min(dl, std::chrono::steady_clock::now() + live));
+      // At least 3 s to connect: a stranger may hold the listener's backlog until the coordinator
+      // accepts, and the kernel resends a dropped SYN after 1 s, then 2 s more.
+      const auto connect_within = std::max<std::chrono::milliseconds>(live, std::chrono::seconds(3));
+      bootstrap::store_client sc(rc.address, rc.recovery_port, dl, key_, live, std::min(dl, std::chrono::steady_clock::now() + connect_within));
       const std::int64_t slot = sc.add(sr.prefix + "n", 1, dl) - 1;
       testing::shrink_stage(sr.me, "slot");
       sc.set(sr.prefix + "join/" + std::to_string(slot),
