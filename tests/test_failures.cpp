@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "support/world.hpp"
@@ -107,4 +109,60 @@ TEST_CASE("mismatched sizes between ranks are detected, not mixed") {
     }
   }, cfg);
   CHECK(errors == 2);
+}
+
+namespace {
+// Throws on one rank (the one named by `thrower`), else a plain sum; not noexcept, like most user functors.
+struct throws_on {
+  int thrower;
+  int me;
+  template <class A>
+  A operator()(A a, A b) const {
+    if (me == thrower) throw std::runtime_error("operator refused");
+    return a + b;
+  }
+};
+}  // namespace
+
+TEST_CASE("a user operator that throws fails with gsync::error, never std::terminate, and no rank goes on unaware") {
+  // Thrower -1: every rank's operator throws. Else only that rank's: it fails at once, and its
+  // peers are told (an algorithm where a peer's part did not need its result may let that peer
+  // finish this operation, but the communicator is aborted everywhere: the next one fails).
+  using namespace std::chrono_literals;
+  for (int n : {2, 4})
+    for (int thrower : {-1, 1}) {
+      CAPTURE(n);
+      CAPTURE(thrower);
+      std::vector<gsync::errc> kind(static_cast<std::size_t>(n), gsync::errc{});
+      std::vector<std::string> msg(static_cast<std::size_t>(n));
+      std::vector<int> went_on(static_cast<std::size_t>(n), 0);
+      auto body = [&](auto& comm, gsync_test::world_sync&) {
+        const int r = comm.rank();
+        std::vector<float> v(1000, 1.0f);
+        try {
+          gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v}, throws_on{thrower < 0 ? r : thrower, r});  // every rank combines
+          msg[static_cast<std::size_t>(r)] = "returned";
+        } catch (const gsync::error& e) {
+          kind[static_cast<std::size_t>(r)] = e.kind();
+          msg[static_cast<std::size_t>(r)] = e.what();
+        }
+        try {
+          gsync::barrier(comm);
+          went_on[static_cast<std::size_t>(r)] = 1;
+        } catch (const gsync::error&) {
+        }
+      };
+      gsync_test::run_tcp(n, body, gsync_test::with_timeout(20000ms));
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CAPTURE(msg[static_cast<std::size_t>(r)]);
+        if (r == thrower) CHECK(kind[static_cast<std::size_t>(r)] == gsync::errc::invalid_argument);
+        // Its own throw, or a peer's report of it (errc::aborted) when that came first.
+        if (thrower < 0 || r == thrower) CHECK(msg[static_cast<std::size_t>(r)].find("operator refused") != std::string::npos);
+        CHECK(kind[static_cast<std::size_t>(r)] != gsync::errc::timeout);
+        CHECK(went_on[static_cast<std::size_t>(r)] == 0);
+      }
+    }
+  static_assert(!gsync::nothrow_op<throws_on, float>);
+  static_assert(gsync::nothrow_op<gsync::op::sum, float>);
 }

@@ -14,6 +14,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gsync/core/cost_model.hpp"
@@ -43,6 +44,16 @@ template <class Op, class T>
 concept finalizing_op = reduction_op<Op, T> && requires(const Op& op, accum_t<T> a, int n) {
   { op.finalize(a, n) } -> std::convertible_to<accum_t<T>>;
 };
+
+/// True when neither `op(a, b)` nor its finalize may throw (declared noexcept). The element loops
+/// are noexcept exactly then; for an operator that may throw, the host loops catch what it throws
+/// and the operation fails on every rank (core/elem_kernels.hpp, core/primitives.hpp).
+template <class Op, class T>
+inline constexpr bool nothrow_op = [] {
+  if constexpr (!std::is_nothrow_invocable_v<const Op&, accum_t<T>, accum_t<T>>) return false;
+  else if constexpr (finalizing_op<Op, T>) return noexcept(std::declval<const Op&>().finalize(std::declval<accum_t<T>>(), 1));
+  else return true;
+}();
 
 /// Identifies one message on the wire: the receiver states what it expects and the transport checks
 /// the frame it gets against it, so out-of-order or wrong-size traffic is an error, never mixed data.

@@ -8,6 +8,7 @@
 /// piece (a segment, or what the transport hands over at a time), never per element.
 
 #include <cstddef>
+#include <exception>
 #include <type_traits>
 
 #include "gsync/core/reduce.hpp"
@@ -29,6 +30,27 @@ struct elem_kernels {
   void (*finalize_copy)(void* dst, const void* src, std::size_t n, const void* op, int world);
 };
 
+/// What a reduction operator that may throw (not `nothrow_op`) threw in this thread's element
+/// loops, the first such exception of the running operation: the primitives fail the operation
+/// with it once the loop has returned (basic_host_primitives::raise_op_fault). A thread runs one
+/// operation at a time, so one slot per thread is enough.
+inline thread_local std::exception_ptr op_fault;
+
+/// Runs the loop `f` of operator `Op`: as is for a `nothrow_op`, else catching what it throws into
+/// `op_fault` (the loop stops there; the operation fails anyway).
+template <class Op, class T, class F>
+inline void guard_op(F&& f) noexcept {
+  if constexpr (nothrow_op<Op, T>) {
+    f();
+  } else {
+    try {
+      f();
+    } catch (...) {
+      if (!op_fault) op_fault = std::current_exception();
+    }
+  }
+}
+
 /// The operator behind an untyped pointer (see elem_kernels).
 template <class Op>
 inline decltype(auto) op_at(const void* op) noexcept {
@@ -38,19 +60,19 @@ inline decltype(auto) op_at(const void* op) noexcept {
 
 template <bool Final, class T, class Op>
 void kernel_reduce_to(void* dst, const void* a, const void* b, std::size_t n, const void* op, int world) {
-  reduce_to<Final>(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, op_at<Op>(op), world);
+  guard_op<Op, T>([&] { reduce_to<Final>(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, op_at<Op>(op), world); });
 }
 template <bool Final, class T, class Op>
 void kernel_reduce_inplace(void* dst, const void* b, std::size_t n, const void* op, int world) {
-  reduce_inplace<Final>(static_cast<T*>(dst), static_cast<const T*>(b), n, op_at<Op>(op), world);
+  guard_op<Op, T>([&] { reduce_inplace<Final>(static_cast<T*>(dst), static_cast<const T*>(b), n, op_at<Op>(op), world); });
 }
 template <bool Final, class T, class Op>
 void kernel_reduce_inplace_rhs(void* dst, const void* a, std::size_t n, const void* op, int world) {
-  reduce_inplace_rhs<Final>(static_cast<T*>(dst), static_cast<const T*>(a), n, op_at<Op>(op), world);
+  guard_op<Op, T>([&] { reduce_inplace_rhs<Final>(static_cast<T*>(dst), static_cast<const T*>(a), n, op_at<Op>(op), world); });
 }
 template <class T, class Op>
 void kernel_finalize_copy(void* dst, const void* src, std::size_t n, const void* op, int world) {
-  finalize_copy(static_cast<T*>(dst), static_cast<const T*>(src), n, op_at<Op>(op), world);
+  guard_op<Op, T>([&] { finalize_copy(static_cast<T*>(dst), static_cast<const T*>(src), n, op_at<Op>(op), world); });
 }
 
 /// The table of (T, Op).

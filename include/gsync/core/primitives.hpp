@@ -24,13 +24,16 @@
 
 #include <cstddef>
 #include <cstring>
+#include <exception>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "gsync/core/chunking.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/elem_kernels.hpp"
+#include "gsync/core/error.hpp"
 #include "gsync/core/topology.hpp"
 
 namespace gsync {
@@ -141,6 +144,7 @@ class basic_host_primitives {
                      done += piece.size();
                    },
                    dl_);
+    if (detail::op_fault) [[unlikely]] raise_op_fault();
   }
 
   /// recv_reduce, then queue the result for `to`.
@@ -156,13 +160,17 @@ class basic_host_primitives {
   }
 
   /// dst = finalize(src) (a copy for ops without finalize); used when no peer contributes.
-  void copy_final(host_region dst, host_region src) { k_.finalize_copy(dst.p_, src.p_, src.n_, op_, size()); }
+  void copy_final(host_region dst, host_region src) {
+    k_.finalize_copy(dst.p_, src.p_, src.n_, op_, size());
+    if (detail::op_fault) [[unlikely]] raise_op_fault();
+  }
 
   /// dst = a (op) b, then finalize when `final`; dst may be the same region as a or b.
   void reduce(host_region dst, host_region a, host_region b, bool final) {
     if (dst.p_ == a.p_) k_.reduce_inplace[final](dst.p_, b.p_, dst.n_, op_, size());
     else if (dst.p_ == b.p_) k_.reduce_inplace_rhs[final](dst.p_, a.p_, dst.n_, op_, size());
     else k_.reduce_to[final](dst.p_, a.p_, b.p_, dst.n_, op_, size());
+    if (detail::op_fault) [[unlikely]] raise_op_fault();
   }
 
   /// dst = src (no-op when they are the same region).
@@ -174,6 +182,23 @@ class basic_host_primitives {
   void finish() { x_.flush_sends(dl_); }
 
  private:
+  // The user's operator threw in an element loop (detail::op_fault): this rank's part of the
+  // operation stops before anything built on the result is sent, and the peers are told through
+  // the transport's abort (else they would wait for data that never comes), so the operation
+  // fails on every rank. Here: errc::invalid_argument naming what the operator threw.
+  [[noreturn, gnu::cold]] void raise_op_fault() {
+    std::string what = "an exception not derived from std::exception";
+    try {
+      std::rethrow_exception(std::exchange(detail::op_fault, nullptr));
+    } catch (const std::exception& e) {
+      what = std::string("'") + e.what() + "'";
+    } catch (...) {
+    }
+    const std::string msg = "rank " + std::to_string(rank()) + ": the reduction operator threw " + what;
+    if constexpr (requires { x_.abort(msg); }) x_.abort(msg);
+    throw error(errc::invalid_argument, msg);
+  }
+
   X& x_;
   message_id id_;
   const detail::elem_kernels& k_;

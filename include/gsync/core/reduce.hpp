@@ -34,7 +34,7 @@ inline constexpr std::size_t block_elems = 64 / sizeof(T);
 /// One combined element: `op(a, b)`, then `op.finalize(., world)` when `Final`. The device
 /// kernels (cuda/reduce.cuh) call this same function, so both paths give the same bits.
 template <bool Final, class T, class Op>
-GSYNC_HD constexpr T combine(T a, T b, const Op& op, int world) noexcept {
+GSYNC_HD constexpr T combine(T a, T b, const Op& op, int world) noexcept(nothrow_op<Op, T>) {
   using A = accum_t<T>;
   A v = static_cast<A>(op(static_cast<A>(a), static_cast<A>(b)));
   if constexpr (Final && finalizing_op<Op, T>) v = static_cast<A>(op.finalize(v, world));
@@ -45,7 +45,7 @@ GSYNC_HD constexpr T combine(T a, T b, const Op& op, int world) noexcept {
 /// dst[i] = combine(a[i], b[i]) compiled for AVX2 (core/cpu_features.hpp): bfloat16's conversions
 /// are integer code that runs 8 wide there. dst may equal a or b (each block is read whole first).
 template <bool Final, class T, class Op>
-GSYNC_AVX2_TARGET void combine_avx2(T* dst, const T* a, const T* b, std::size_t n, const Op& op, int world) noexcept {
+GSYNC_AVX2_TARGET void combine_avx2(T* dst, const T* a, const T* b, std::size_t n, const Op& op, int world) noexcept(nothrow_op<Op, T>) {
   constexpr std::size_t B = block_elems<T>;
   std::size_t i = 0;
   for (; i + B <= n; i += B) {
@@ -64,6 +64,7 @@ template <bool Final, class T, class Op>
 constexpr bool reduce_half_hw([[maybe_unused]] T* dst, [[maybe_unused]] const T* a, [[maybe_unused]] const T* b,
                               [[maybe_unused]] std::size_t n, [[maybe_unused]] const Op& op,
                               [[maybe_unused]] int world) noexcept {
+  if constexpr (!nothrow_op<Op, T>) return false;  // the hardware loops are noexcept: the portable ones pass exceptions on
 #if GSYNC_HAVE_F16C_PATH
   if constexpr (std::is_same_v<T, half>) {
     if (std::is_constant_evaluated() || !f16c_available()) return false;
@@ -89,7 +90,7 @@ constexpr bool reduce_half_hw([[maybe_unused]] T* dst, [[maybe_unused]] const T*
 /// dst[i] = op(a[i], b[i]) (then finalize when `Final`); dst must not overlap a or b.
 template <bool Final, class T, class Op>
 constexpr void reduce_to(T* __restrict dst, const T* __restrict a, const T* __restrict b, std::size_t n,
-                         const Op& op, int world) noexcept {
+                         const Op& op, int world) noexcept(nothrow_op<Op, T>) {
   if (reduce_half_hw<Final>(dst, a, b, n, op, world)) return;
   // Blocks of a fixed element count: the inner loop has a constant trip count, which GCC
   // vectorizes even under -O2's very-cheap cost model; the tail runs scalar.
@@ -103,7 +104,7 @@ constexpr void reduce_to(T* __restrict dst, const T* __restrict a, const T* __re
 /// dst[i] = op(dst[i], b[i]) (then finalize when `Final`); b must not overlap dst.
 template <bool Final, class T, class Op>
 constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::size_t n, const Op& op,
-                              int world) noexcept {
+                              int world) noexcept(nothrow_op<Op, T>) {
   if (reduce_half_hw<Final>(dst, dst, b, n, op, world)) return;
   constexpr std::size_t B = block_elems<T>;
   std::size_t i = 0;
@@ -116,7 +117,7 @@ constexpr void reduce_inplace(T* __restrict dst, const T* __restrict b, std::siz
 /// on the right, so that every rank can combine "lower ranks first" whatever buffer holds what.
 template <bool Final, class T, class Op>
 constexpr void reduce_inplace_rhs(T* __restrict dst, const T* __restrict a, std::size_t n, const Op& op,
-                                  int world) noexcept {
+                                  int world) noexcept(nothrow_op<Op, T>) {
   if (reduce_half_hw<Final>(dst, a, dst, n, op, world)) return;
   constexpr std::size_t B = block_elems<T>;
   std::size_t i = 0;
@@ -128,7 +129,7 @@ constexpr void reduce_inplace_rhs(T* __restrict dst, const T* __restrict a, std:
 /// dst[i] = finalize(src[i]) for a one-rank world (or a plain copy when the op has no finalize).
 /// dst may equal src.
 template <class T, class Op>
-constexpr void finalize_copy(T* dst, const T* src, std::size_t n, const Op& op, int world) noexcept {
+constexpr void finalize_copy(T* dst, const T* src, std::size_t n, const Op& op, int world) noexcept(nothrow_op<Op, T>) {
   if constexpr (finalizing_op<Op, T>) {
     using A = accum_t<T>;
     for (std::size_t i = 0; i < n; ++i)
