@@ -142,6 +142,49 @@ TEST_CASE("mismatch: different roots of a broadcast are caught (at the latest by
   });
 }
 
+TEST_CASE("mismatch: a rank that wrongly takes itself for a broadcast's root fails in that broadcast, not only at the next call") {
+  // Rank 1 passes root 1, the others root 0: the wrong root must not return with its own data
+  // (the broadcast may be the last call: final weights before saving). With 2 ranks both take
+  // themselves for the root and both fail in it; otherwise the true root's side may return, and
+  // fails at its next call. Over shared memory, and over TCP (where, with 4 ranks, the wrong
+  // root's data for a rank that never dials it stays queued: a timeout, not a silent success).
+  using namespace std::chrono_literals;
+  for (bool tcp : {false, true})
+    for (int n : {2, 3, 4}) {
+      if (tcp && n == 4) continue;
+      CAPTURE(tcp);
+      CAPTURE(n);
+      std::vector<gsync::errc> kind(static_cast<std::size_t>(n), gsync::errc{}), next(static_cast<std::size_t>(n), gsync::errc{});
+      std::vector<std::string> msg(static_cast<std::size_t>(n));
+      auto body = [&](auto& comm, gsync_test::world_sync&) {
+        const int r = comm.rank();
+        std::vector<int> v(10, 100 + r);
+        try {
+          gsync::broadcast(comm, std::span<int>{v}, r == 1 ? 1 : 0);
+        } catch (const gsync::error& e) {
+          kind[static_cast<std::size_t>(r)] = e.kind();
+          msg[static_cast<std::size_t>(r)] = e.what();
+          return;
+        }
+        try {
+          gsync::barrier(comm);
+        } catch (const gsync::error& e) {
+          next[static_cast<std::size_t>(r)] = e.kind();
+        }
+      };
+      if (tcp) gsync_test::run_tcp(n, body, gsync_test::with_timeout(20000ms));
+      else gsync_test::run_shm(n, body, gsync_test::with_timeout(20000ms));
+      CAPTURE(msg[1]);
+      CHECK(kind[1] == gsync::errc::mismatch);
+      CHECK(msg[1].find("disagree on the root") != std::string::npos);
+      if (n == 2) CHECK(kind[0] == gsync::errc::mismatch);
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CHECK((kind[static_cast<std::size_t>(r)] != gsync::errc{} || next[static_cast<std::size_t>(r)] != gsync::errc{}));
+      }
+    }
+}
+
 TEST_CASE("mismatch: different algorithms are caught") {
   expect_all_fail(4, gsync::errc::mismatch, {"[ring]", "[recursive_doubling]", "algorithm"}, [](auto& comm) {
     std::vector<float> v(64, 1.0f);

@@ -38,6 +38,20 @@ void run_broadcast(communicator<X>& comm, message_id id, T* data, std::size_t co
   auto p = make_primitives<Space>(comm, id, data, data, count, op::sum{});
   static_assert(broadcast_algorithm<Algo, decltype(p)>, "this algorithm policy has no broadcast schedule");
   Algo::broadcast(p, root);
+  // A root receives nothing in a broadcast, so a rank that wrongly takes itself for the root would
+  // return with its own data, unnoticed. The rank last in the schedule's order (the chain's tail;
+  // in the tree, one of the last to receive) sends its root an empty frame of this operation: a
+  // wrong root waits for it from a rank that sent it the true root's data instead, and fails with
+  // a mismatch naming both calls, which the others then hear of. It costs the root one message time.
+  if (const int n = comm.size(); n > 1) {
+    const int last = (root + n - 1) % n;
+    if (comm.rank() == last) {
+      p.send(root, p.out(range{0, 0}));
+      p.finish();
+    } else if (comm.rank() == root) {
+      p.recv(last, p.out(range{0, 0}));
+    }
+  }
 }
 
 /// Runs broadcast ticket `tk` (numbered at issue) on `comm`.
