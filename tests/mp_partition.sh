@@ -25,18 +25,11 @@ id=$(bash "$nc" up 4 1000 2>"$work/up.err")
 rc=$?
 [ $rc = 77 ] && { cat "$work/up.err"; exit 77; }
 [ $rc = 0 ] || { cat "$work/up.err"; echo "FAIL: netcluster.sh up"; exit 1; }
-wait_for() {  # FILE PATTERN COUNT SECONDS
-  local i
-  for ((i = 0; i < $4 * 20; ++i)); do
-    [ "$(grep -c -- "$2" "$1")" -ge "$3" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/support/wait_for.sh"
 failed=0
 printf '%-5s %-10s %s\n' trial shrunk_s verdict
 for ((k = 1; k <= repeats; ++k)); do
-  out=$work/out
+  out=$work/out.$k  # a file per run: the job truncates its own when it starts, maybe after the waits below began
   GSYNC_LIVENESS_S=2 bash "$nc" run "$id" --timeout-s 90 --grace-s 40 -- "$prog" --mode resume --victim 0 --post-s 3 \
     --watchdog-s 80 >"$out" 2>&1 &
   job=$!

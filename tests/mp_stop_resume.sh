@@ -16,28 +16,21 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/gsync_stop_resume.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 unset GSYNC_TIMEOUT_S GSYNC_ALGO GSYNC_SHM_DISABLE GSYNC_JOB_KEY GSYNC_RANK GSYNC_WORLD_SIZE GSYNC_MASTER_PORT GSYNC_HOST_ID
 failed=0
+runs=0
 printf '%-3s %-6s %-4s %-8s %s\n' N victim via resumed verdict
-# wait_for FILE PATTERN COUNT SECONDS: until FILE has COUNT lines matching PATTERN
-wait_for() {
-  local i
-  for ((i = 0; i < $4 * 20; ++i)); do
-    [ "$(grep -c -- "$2" "$1")" -ge "$3" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/support/wait_for.sh"
 row() {
-  local n=$1 victim=$2 via=$3 env=(GSYNC_LIVENESS_S=2)
+  local n=$1 victim=$2 via=$3 env=(GSYNC_LIVENESS_S=2) out=$tmp/out.$((++runs))  # a file per run: the job truncates its own when it starts, maybe after the waits below began
   [ "$via" = tcp ] && env+=(GSYNC_SHM_DISABLE=1 "GSYNC_JOB_KEY=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')")
   env "${env[@]}" timeout 120 "$gsyncrun" -n "$n" --elastic -- "$prog" --mode resume --victim "$victim" --post-s 3 \
-    --watchdog-s 90 >"$tmp/out" 2>&1 &
+    --watchdog-s 90 >"$out" 2>&1 &
   local job=$! why="" pid="" resumed=-
-  if wait_for "$tmp/out" 'READY resume' "$n" 30; then
-    pid=$(grep -o "READY resume rank $victim pid [0-9]*" "$tmp/out" | awk '{print $6}')
+  if wait_for "$out" 'READY resume' "$n" 30; then
+    pid=$(grep -o "READY resume rank $victim pid [0-9][0-9]*" "$out" | head -1 | awk '{print $6}')
     sleep 1
     kill -STOP "$pid"
-    if wait_for "$tmp/out" 'SHRUNK rank' $((n - 1)) 40; then
-      resumed=$(grep -o 'SHRUNK rank [0-9]*: world [0-9]* of [0-9]*' "$tmp/out" | head -1 | awk '{print $7}')
+    if wait_for "$out" 'SHRUNK rank' $((n - 1)) 40; then
+      resumed=$(grep -o 'SHRUNK rank [0-9]*: world [0-9]* of [0-9]*' "$out" | head -1 | awk '{print $7}')
     else
       why="the survivors did not shrink"
     fi
@@ -48,14 +41,14 @@ row() {
   wait "$job"
   local rc=$?
   [ -z "$why" ] && [ $rc != 0 ] && why="gsyncrun exit $rc"
-  [ -z "$why" ] && ! grep -q "EXCLUDED rank $victim:" "$tmp/out" && why="the resumed rank was not excluded"
-  [ -z "$why" ] && ! grep -q "rank $victim (pid [0-9]*) exited with status 75 (excluded by a shrink)" "$tmp/out" && why="gsyncrun did not let the excluded rank go"
-  [ -z "$why" ] && [ "$(grep -c "DONE rank [0-9]*: world [0-9]* of $((n - 1))," "$tmp/out")" != $((n - 1)) ] && why="not every survivor finished"
-  [ -z "$why" ] && grep -q "DONE rank $victim:" "$tmp/out" && why="the resumed rank went on"
+  [ -z "$why" ] && ! grep -q "EXCLUDED rank $victim:" "$out" && why="the resumed rank was not excluded"
+  [ -z "$why" ] && ! grep -q "rank $victim (pid [0-9]*) exited with status 75 (excluded by a shrink)" "$out" && why="gsyncrun did not let the excluded rank go"
+  [ -z "$why" ] && [ "$(grep -c "DONE rank [0-9]*: world [0-9]* of $((n - 1))," "$out")" != $((n - 1)) ] && why="not every survivor finished"
+  [ -z "$why" ] && grep -q "DONE rank $victim:" "$out" && why="the resumed rank went on"
   printf '%-3s %-6s %-4s %-8s %s\n' "$n" "$victim" "$via" "$resumed" "${why:-ok}"
   if [ -n "$why" ]; then
     failed=1
-    sed 's/^/    /' "$tmp/out" | tail -30
+    sed 's/^/    /' "$out" | tail -30
   fi
 }
 for ((k = 0; k < repeats; ++k)); do
