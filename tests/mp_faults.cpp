@@ -42,7 +42,8 @@
 //            world); rank --shrink-victim J SIGKILLs itself at stage --stage (slot, joined, agreed)
 //            of its first shrink. Each survivor then allreduces its old rank + 1 over every new
 //            communicator, checks the sum and the size against the ranks still alive, prints
-//            "SHRUNK rank R: world r of n in T ms" and exits 0.
+//            "SHRUNK rank R: world r of n in T ms" and exits 0. --pause-ms M: every rank waits M ms
+//            after READY before the victim dies.
 //   resume   recovery from a stop (tests/mp_stop_resume.sh runs it under `gsyncrun --elastic` and
 //            stops, then resumes, one rank): every rank loops allreduces of its first rank + 1,
 //            each result checked. On peer_lost, aborted or timeout it shrinks, resumes from the
@@ -91,6 +92,7 @@ struct options {
   std::string stage = "agreed";   // and where
   bool split = false;             // mode shrink: shrink the halves too
   double post_s = 3;              // mode resume: seconds to go on after a shrink
+  int pause_ms = 0;               // mode shrink: every rank waits this long after READY (a test's stranger fills the listeners)
 };
 options opts;                // for the shrink stage hook
 std::atomic<int> my_rank{-1};  // this rank in the job, for the same
@@ -214,6 +216,7 @@ void run_shrink(const options& o, gsync::tcp_communicator& comm) {
   const gsync::deadline sdl = clock_type::now() + std::chrono::seconds(30);
   if (store.add("mp_faults/through", 1, sdl) == n) store.set("mp_faults/all_through", "1", sdl);
   say_ready(o, r);
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
   if (r == o.victim) {
     store.wait({"mp_faults/all_through"}, sdl);
     ::raise(SIGKILL);
@@ -397,9 +400,10 @@ int main(int argc, char** argv) {
     else if (a == "--stage" && has) o.stage = argv[++i];
     else if (a == "--split") o.split = true;
     else if (a == "--post-s" && has) o.post_s = std::atof(argv[++i]);
+    else if (a == "--pause-ms" && has) o.pause_ms = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: mp_faults --mode setup|store|ring|barrier|idle|bcast|allgather|p2p|async|split|shrink|resume --victim K "
-                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage slot|joined|agreed] [--split] [--post-s S]\n");
+                           "[--watchdog-s S] [--mib M] [--root R] [--shrink-victim J] [--stage slot|joined|agreed] [--split] [--post-s S] [--pause-ms M]\n");
       return 2;
     }
   }

@@ -6,8 +6,9 @@ set-up and its later connections would. It never sends a byte.
 
     stranger.py K SECONDS [OUT]
 
-Runs for SECONDS or until SIGTERM, then writes to OUT (or stdout) how many listeners it found and
-how many connections it opened in all. Meant to run in a network namespace of its own together
+Once it has noted the listeners that exist already (and leaves alone), it creates OUT.ready. Runs
+for SECONDS or until SIGTERM, then writes to OUT (or stdout) how many listeners it found and how
+many connections it opened in all. Meant to run in a network namespace of its own together
 with the job it targets (tests/mp_strangers.sh), so that no other program's listener is touched."""
 import resource, signal, socket, sys, time
 
@@ -42,6 +43,8 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     signal.signal(signal.SIGTERM, stop)
     before = listeners()
+    if len(sys.argv) > 3:  # the listeners that exist now are left alone: the test may start its job
+        open(sys.argv[3] + ".ready", "w").close()
     targets = {}  # (v6, port) -> its sockets
     found = opened = 0
     end = time.time() + seconds
