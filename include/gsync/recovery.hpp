@@ -3,7 +3,8 @@
 /// Recovery: `communicator::health()`, what this rank knows of failures without blocking, and
 /// `communicator::shrink()`, going on without the ranks that failed (both declared in
 /// core/communicator.hpp; the transport's liveness: transport/mesh/heartbeat.hpp; its agreement on
-/// the survivors: transport/mesh/shrink.ipp).
+/// the survivors: transport/mesh/shrink.ipp). Every communicator a rank belongs to (its world,
+/// those made by `split`) is shrunk separately, in the same order on every rank, as any collective.
 ///
 /// \code
 ///   try {

@@ -17,7 +17,7 @@
 #include "gsync/transport/mesh/records.hpp"
 
 namespace {
-bool known(gsync::errc k) { return k >= gsync::errc::timeout && k <= gsync::errc::excluded; }
+bool known(gsync::errc k) { return k >= gsync::errc::timeout && static_cast<int>(k) <= gsync::errc_last; }
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

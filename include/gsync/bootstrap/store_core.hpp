@@ -265,11 +265,7 @@ class store_core {
     --preauth_;
     if (auto it = preauth_of_.find(c.source); it != preauth_of_.end() && --it->second == 0) preauth_of_.erase(it);
   }
-  // A flood of strangers must not flood the log: the first drops in full, then one line per 1000.
-  void note_drop(const std::string& why) {
-    if (++drops_ <= 16 || drops_ % 1000 == 0)
-      log_.warn("store: " + why + (drops_ > 16 ? " (" + std::to_string(drops_) + " connections dropped so far)" : ""));
-  }
+  void note_drop(const std::string& why) { drops_.warn(log_, "store: " + why); }
   void drop(conn& c, const std::string& why) {
     note_drop("dropping client connection: " + why);
     kill(c);
@@ -469,7 +465,8 @@ class store_core {
   std::string lost_;      // the first rank lost, once one is
   std::set<int> joined_;  // ranks that said hello (each joins once)
   int active_ = 0;        // joined ranks that have not left
-  std::uint64_t next_parked_id_ = 1, requests_ = 0, bytes_out_ = 0, drops_ = 0;
+  std::uint64_t next_parked_id_ = 1, requests_ = 0, bytes_out_ = 0;
+  flood_log drops_{"connections dropped"};  // a stranger's flood, logged at a bounded rate
 };
 
 }  // namespace gsync::bootstrap

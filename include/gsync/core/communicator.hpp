@@ -212,21 +212,11 @@ class communicator {
   communicator split(int color, int key = 0)
     requires splittable_transport<X>;
 
-  /// After an operation failed with `errc::peer_lost` or `errc::aborted` (or timed out), or
-  /// `health()` reported a lost peer, a communicator of the same type over the ranks still alive,
-  /// numbered in their old order, with this one's settings: collective over the survivors, each
-  /// of which calls it (this one stays broken). The survivors agree on who they are, also when
-  /// rank 0 is the one lost; a rank that fails meanwhile is left out. They go on only as a
-  /// majority of this communicator (or exactly half with its rank 0, or `opt.min_size`): a rank
-  /// left out, cut off on the smaller side, or stopped while the others went on fails with
-  /// `errc::excluded` (core/shrink_terms.hpp). `last_shrink()` of the result says how many
-  /// collectives every survivor completed. A communicator made by `split` shrinks to its own
-  /// survivors (every communicator a rank belongs to is shrunk separately, in the same order on
-  /// every rank, as any collective). Defined in gsync/recovery.hpp (included by every collective's header).
-  /// \code
-  ///   try { gsync::allreduce(comm, grad); }
-  ///   catch (const gsync::error& e) { if (e.kind() != gsync::errc::peer_lost) throw; comm = comm.shrink(); }
-  /// \endcode
+  /// After a failure (`peer_lost`, `aborted`, a timeout, or `health()` reporting a lost peer), a
+  /// communicator of the same type and settings over the ranks still alive, in their old order:
+  /// collective over the survivors. They go on only as a quorum (a majority, half with rank 0, or
+  /// `opt.min_size`); a rank left out fails with `errc::excluded`. A `split` communicator shrinks
+  /// to its own survivors. Rules and example: gsync/recovery.hpp, core/shrink_terms.hpp.
   communicator shrink(const shrink_options& opt = {})
     requires shrinkable_transport<X>;
   /// What the shrink that made this communicator agreed (core/shrink_terms.hpp): the collectives

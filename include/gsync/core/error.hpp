@@ -28,6 +28,9 @@ enum class errc : int {
   excluded = 11,         ///< a shrink went on without this rank (it was cut off or stopped, or on a partition's smaller side)
 };
 
+/// The highest `errc` value: a number read from another rank is a known kind when in 1..this.
+inline constexpr int errc_last = static_cast<int>(errc::excluded);
+
 /// The exit status a rank that `shrink` excluded should end with (`exit(gsync::excluded_exit_status)`):
 /// `gsyncrun --elastic` lets such a rank go without ending the others (75 is sysexits' EX_TEMPFAIL).
 inline constexpr int excluded_exit_status = 75;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -74,6 +75,23 @@ class logger {
 
   int rank_ = -1;
   log_level level_ = log_level::warn;
+};
+
+/// Warnings of a flood (connections refused or dropped): the first 16 in full, then one line per
+/// 1000 with the count so far, so that a stranger cannot fill the log (or a disk, with
+/// GSYNC_DEBUG_FILE). Not thread-safe: one per event loop.
+class flood_log {
+ public:
+  /// \param counted what the count says, plural ("connections dropped").
+  explicit flood_log(const char* counted) noexcept : counted_(counted) {}
+  /// Counts one more and logs `what` through `log` when its turn has come.
+  void warn(const logger& log, const std::string& what) {
+    if (++n_ <= 16 || n_ % 1000 == 0) log.warn(what + (n_ > 16 ? " (" + std::to_string(n_) + " " + counted_ + " so far)" : ""));
+  }
+
+ private:
+  const char* counted_;
+  std::uint64_t n_ = 0;
 };
 
 }  // namespace gsync

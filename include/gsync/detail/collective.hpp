@@ -204,7 +204,6 @@ auto make_primitives(communicator<X>& comm, message_id id, const T* in, T* out, 
   static_assert(requires { typename primitives_for<Space, T, Op, X>::type; },
                 "gsync: this memory space has no primitives (specialise primitives_for, core/memory_space.hpp)");
   using P = primitives_t<Space, T, Op, X>;
-  check_extent("collective", "the buffer", count, sizeof(T));
   return P(comm.transport(), id, in, out, count, segment_elems(comm, sizeof(T)), op, comm.make_deadline(), comm.scratch());
 }
 

@@ -82,7 +82,7 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
         // have dropped this connection to make room among a stranger's (accept_ready). Dial
         // again; a peer that is gone refuses the next connection.
         if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + backoff >= dl) throw;
-        note_rejected("dialing " + who + ": the connection was closed during the handshake; dialing again");
+        rejected_.warn(log_, "dialing " + who + ": the connection was closed during the handshake; dialing again");
         std::this_thread::sleep_for(backoff);
       }
     }
@@ -106,13 +106,6 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
 // has no connection yet.
 inline bool host_mesh::good_hello(const hello& h) const {
   return records::hello_ok(h, rank_, size_, nonce_) && !peers_[static_cast<std::size_t>(h.rank)].tcp().connected();
-}
-
-// A connection refused or dropped, in the log: the first 16 in full, then one line per 1000, so
-// that a stranger's flood cannot fill the log (or a disk, with GSYNC_DEBUG_FILE).
-inline void host_mesh::note_rejected(const std::string& what) {
-  if (++rejected_ <= 16 || rejected_ % 1000 == 0)
-    log_.warn(what + (rejected_ > 16 ? " (" + std::to_string(rejected_) + " connections refused or dropped so far)" : ""));
 }
 
 // Takes every connection waiting on the listener now, without blocking: each is admitted as its
@@ -139,7 +132,7 @@ inline void host_mesh::accept_ready(deadline) {
       // pushed out by a busier one tries again.
       auto victim = std::find_if(admitting_.begin(), admitting_.end(), [](const admitting& a) { return a.in.empty() && !a.challenged && a.hs; });
       if (victim == admitting_.end()) victim = admitting_.begin();
-      note_rejected("dropped a connection from " + victim->from + ": the oldest of " + std::to_string(max_admitting) +
+      rejected_.warn(log_, "dropped a connection from " + victim->from + ": the oldest of " + std::to_string(max_admitting) +
                     " connections in the handshake, to make room for a new one");
       admitting_.erase(victim);
     }
@@ -188,7 +181,7 @@ inline void host_mesh::admit_some() {
       done = true;
     }
     if (why.empty() && !done && now >= a.until) why = "did not complete the handshake within " + std::to_string(admit_limit.count()) + " s";
-    if (!why.empty()) note_rejected("rejected a connection from " + a.from + ": " + why);
+    if (!why.empty()) rejected_.warn(log_, "rejected a connection from " + a.from + ": " + why);
     if (done || !why.empty()) {
       admitting_.erase(admitting_.begin() + static_cast<std::ptrdiff_t>(k));
       continue;

@@ -315,7 +315,6 @@ class host_mesh {
   // Connections (connect.ipp).
   void connect_at_start(deadline dl);
   void dial(int peer, deadline dl, bool at_start);
-  void note_rejected(const std::string& what);
   void accept_ready(deadline dl);
   void admit_some();
   bool good_hello(const hello& h) const;
@@ -485,7 +484,7 @@ class host_mesh {
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   std::vector<admitting> admitting_;  // after io_: its sockets must go before the io_context
-  std::uint64_t rejected_ = 0;        // connections refused or dropped (note_rejected)
+  flood_log rejected_{"connections refused or dropped"};  // logged at a bounded rate
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;

@@ -64,7 +64,7 @@ inline std::optional<failure> parse_failure_record(std::string_view rec) {
     k = k * 10 + (rec[i] - '0');
   }
   failure f;
-  f.kind = k >= static_cast<int>(errc::timeout) && k <= static_cast<int>(errc::excluded) ? static_cast<errc>(k) : errc::system;
+  f.kind = k >= static_cast<int>(errc::timeout) && k <= errc_last ? static_cast<errc>(k) : errc::system;
   f.why = std::string(rec.substr(sp + 1));
   return f;
 }
@@ -107,7 +107,7 @@ struct notice {
 /// Reads notice header `h` from a job of `size` ranks.
 constexpr notice decode_notice(const frame_header& h, int size) noexcept {
   notice n;
-  n.kind = h.tag >= static_cast<std::uint32_t>(errc::timeout) && h.tag <= static_cast<std::uint32_t>(errc::excluded) ? static_cast<errc>(h.tag)
+  n.kind = h.tag >= static_cast<std::uint32_t>(errc::timeout) && h.tag <= static_cast<std::uint32_t>(errc_last) ? static_cast<errc>(h.tag)
                                                                                                                       : errc::peer_lost;
   n.first = h.seq > 0 && h.seq <= static_cast<std::uint64_t>(size) ? static_cast<int>(h.seq) - 1 : -1;
   n.text_bytes = static_cast<std::size_t>(h.bytes < max_notice_bytes ? h.bytes : max_notice_bytes);
