@@ -484,6 +484,13 @@ TEST_CASE("device allreduce on sub-communicators: CUDA IPC within a host, stagin
       if (k / 2 == half.rank() / 2) inner_members.push_back(half_members[static_cast<std::size_t>(k)]);
     REQUIRE(half.size() == 3);
     REQUIRE(inner.size() == static_cast<int>(inner_members.size()));
+    // Ranks of one process on one device: every communicator's device memory first, on every
+    // rank, before any stream waits (an allocation synchronises the device, and streams of the
+    // others would be waiting for this rank): then a barrier, as inner's ranks may be alone.
+    gsync::prepare_device(half);
+    gsync::prepare_device(comm);
+    gsync::prepare_device(inner);
+    gsync::barrier(comm);
     const std::size_t count = 70001;  // two chunks of the 64 KiB slots
     gsync::cuda_stream s = fk.api.create_stream();
     std::vector<float> dev(count);

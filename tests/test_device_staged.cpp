@@ -106,8 +106,8 @@ TEST_CASE("device allreduce through staging: messages larger than the staging si
     fk.api.d2h_bytes = 0;
     device_allreduce_case<std::int32_t, gsync::op::sum>(fk.api, n, count, false, cfg);
     device_allreduce_case<float, gsync::op::avg>(fk.api, n, count, true, cfg, false);
-    // per communicator: two mirrors of at most the staging size and the gate word
-    CHECK(fk.api.pinned_peak.load() <= n * (2 * (64 << 10) + 256 + 64));
+    // per communicator: two mirrors of the staging size (and alignment slack) and the gate word
+    CHECK(fk.api.pinned_peak.load() <= n * (2 * (64 << 10) + 4 * 256 + 64));
     CHECK(fk.api.d2h_bytes.load() >= static_cast<long>(2 * count * 4 * n));  // every element copied in, by each rank
   }
 }
@@ -137,6 +137,7 @@ TEST_CASE("device allreduce: a failure after the call releases the stream and br
     gsync_test::run_inproc(
         2,
         [&](auto& comm, auto& sync) {
+          gsync::prepare_device(comm);  // the first device collective's barrier would otherwise time out in the call
           if (comm.rank() == 0) {
             std::vector<float> dev(1000, 1.0f);
             gsync::cuda_stream s = fk.api.create_stream();
@@ -292,6 +293,10 @@ TEST_CASE("device send / recv / sendrecv through staging: a ring shift, messages
             std::vector<double> a(c), b(c), d(c), e(c);
             for (std::size_t i = 0; i < c; ++i) a[i] = block_value<double>(r, i);
             gsync::cuda_stream s = api.create_stream();
+            // Ranks of one process share the device: each makes its staging memory before any
+            // stream waits for a peer (the first device operation is point-to-point; the fake's
+            // allocations synchronise the device as CUDA's do).
+            gsync::prepare_device(comm);
             // a device sendrecv shift; then even ranks send from the device to odd ranks, which receive
             // on the host (device too above half the staging size: such messages travel cut), and back
             const bool mixed = c * sizeof(double) <= cfg.cuda_staging_bytes / 2;

@@ -268,7 +268,7 @@ request p2p_device(communicator<X>& comm, const char* kind, const S* sd, std::si
       else if (w < ts.size()) send_run<staged_memory>(c, ts[w], sm, ns, dst, stag);
       else recv_run<staged_memory>(c, tr[w], rm, nr, src, rtag);
     };
-  });
+  }, /*collective=*/false);
 }
 }  // namespace detail
 

@@ -5,6 +5,12 @@
 // caller and ordered only as CUDA would order it (events, waits); an event completes when the
 // stream's task recorded for it has run. Tests queue their own "kernels" with `launch` and wait
 // with `synchronize`. Counters and fault injection let tests check bounds and failure paths.
+//
+// As on a GPU, the calls that allocate or free device or pinned memory or register host memory
+// synchronise the device: they return only once every stream has run the work queued on it
+// before the call. A stream that waits for gsync (a closed gate, a peer's counter) while gsync's
+// own thread makes such a call would wait forever on a GPU; here the call gives up after
+// `sync_limit`, counts a `sync_stall`, and throws (or, for a free, goes on), so the test fails.
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +24,8 @@
 #include <memory>
 #include <mutex>
 #include <map>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <fcntl.h>
@@ -115,6 +123,10 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::atomic<long> registered_now{0};      // register_host minus unregister_host
   std::atomic<bool> fail_ipc_open{false};   // ipc_open fails as in another PID namespace
   std::atomic<int> compute_mode{0};         // what identity() reports
+  std::atomic<long> sync_stalls{0};         // device-synchronising calls that found a stream that did not drain
+  std::atomic<long> device_syncs{0};        // device-synchronising calls
+  std::chrono::milliseconds sync_limit{2000};
+  std::string last_stall;                   // what the last stalled call was (under m_)
   unsigned char uuid_byte = 0x11;           // the device's UUID, this byte 16 times
 
   // --- runtime_api ---
@@ -123,10 +135,17 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   void set_device(int) override {}
   gsync::cuda_stream create_stream() override {
     ++streams_alive;
-    return reinterpret_cast<gsync::cuda_stream>(new stream_impl);
+    auto* impl = new stream_impl;
+    std::lock_guard lk(m_);
+    live_.insert(impl);
+    return reinterpret_cast<gsync::cuda_stream>(impl);
   }
   void destroy_stream(gsync::cuda_stream s) noexcept override {
     --streams_alive;
+    {
+      std::lock_guard lk(m_);
+      live_.erase(reinterpret_cast<stream_impl*>(s));
+    }
     delete reinterpret_cast<stream_impl*>(s);
   }
   gsync::cuda::event_handle create_event() override { return new event_impl; }
@@ -168,12 +187,14 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     });
   }
   void* alloc_device(std::size_t bytes) override {
+    sync_device("cudaMalloc", true);
     void* p = std::aligned_alloc(256, (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256);
     if (!p) throw gsync::error(gsync::errc::cuda, "cudaMalloc failed (fake)");
     ++device_allocations;
     return p;
   }
   void free_device(void* p) noexcept override {
+    if (p) sync_device("cudaFree", false);
     if (p) --device_allocations;
     std::free(p);
   }
@@ -181,6 +202,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     impl(s).push([=] { std::memset(p, 0, bytes); });
   }
   void* alloc_pinned(std::size_t bytes) override {
+    sync_device("cudaHostAlloc", true);
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (!p) throw gsync::error(gsync::errc::cuda, "cudaHostAlloc failed (fake)");
     {
@@ -194,6 +216,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     return p;
   }
   void free_pinned(void* p) noexcept override {
+    sync_device("cudaFreeHost", false);
     {
       std::lock_guard lk(m_);
       pinned_bytes -= static_cast<long>(sizes_[p]);
@@ -221,6 +244,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     return id;
   }
   void* alloc_exportable(std::size_t bytes) override {
+    sync_device("cudaMalloc", true);
     char name[64];
     static std::atomic<unsigned> n{0};
     std::snprintf(name, sizeof name, "/gsync-%d-fakedev-%u", static_cast<int>(::getpid()), n++);
@@ -243,6 +267,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     return p;
   }
   void free_exportable(void* p) noexcept override {
+    sync_device("cudaFree", false);
     std::lock_guard lk(m_);
     auto it = exports_.find(p);
     if (it == exports_.end()) return;
@@ -292,13 +317,53 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     opened_.erase(it);
     --ipc_open_now;
   }
-  void register_host(void*, std::size_t) override { ++registered_now; }
-  void unregister_host(void*) noexcept override { --registered_now; }
+  void register_host(void*, std::size_t) override {
+    sync_device("cudaHostRegister", true);
+    ++registered_now;
+  }
+  void unregister_host(void*) noexcept override {
+    sync_device("cudaHostUnregister", false);
+    --registered_now;
+  }
   void write_word(gsync::cuda_stream s, std::uint64_t* word, std::uint64_t value) override {
     impl(s).push([word, value] { std::atomic_ref<std::uint64_t>(*word).store(value, std::memory_order_release); });
   }
 
  private:
+  // What CUDA does in the calls above: wait until every stream ran what was queued before. Bounded
+  // here (a GPU would wait forever), and counted.
+  void sync_device(const char* call, bool may_throw) {
+    ++device_syncs;
+    auto flags = std::make_shared<std::atomic<long>>(0);
+    long n = 0;
+    {
+      std::lock_guard lk(m_);
+      for (stream_impl* st : live_) {
+        st->push([flags] { ++*flags; });
+        ++n;
+      }
+      if (default_) {
+        default_->push([flags] { ++*flags; });
+        ++n;
+      }
+    }
+    const auto until = std::chrono::steady_clock::now() + sync_limit;
+    while (flags->load() < n) {
+      if (std::chrono::steady_clock::now() >= until) {
+        ++sync_stalls;
+        {
+          std::lock_guard lk(m_);
+          last_stall = call;
+        }
+        if (may_throw)
+          throw gsync::error(gsync::errc::cuda, std::string(call) +
+                                                    " (fake): synchronises the device, but a stream did not drain: it waits for "
+                                                    "gsync, which would never let it go on a GPU (a device-level deadlock)");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
   stream_impl& impl(gsync::cuda_stream s) {
     if (s) return *reinterpret_cast<stream_impl*>(s);
     std::lock_guard lk(m_);
@@ -307,6 +372,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   }
   std::mutex m_;
   std::unique_ptr<stream_impl> default_;
+  std::set<stream_impl*> live_;
   std::map<void*, std::size_t> sizes_;
   std::map<void*, std::pair<std::string, std::size_t>> exports_;
   std::map<void*, std::size_t> opened_;
@@ -421,6 +487,10 @@ struct fake_cuda_scope {
         prev_kernels(gsync::cuda::set_grad_kernels(&kernels)),
         prev_ipc(gsync::cuda::set_ipc_kernels(with_ipc ? &ipc : nullptr)) {}
   ~fake_cuda_scope() {
+#if defined(DOCTEST_LIBRARY_INCLUDED)
+    if (api.sync_stalls.load() != 0)
+      FAIL_CHECK(api.sync_stalls.load() << " device-synchronising call(s) waited for a stream held by gsync, the last: " << api.last_stall);
+#endif
     gsync::cuda::set_ipc_kernels(prev_ipc);
     gsync::cuda::set_grad_kernels(prev_kernels);
     gsync::cuda::set_runtime_api(prev);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,7 @@
 
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
+#include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/random.hpp"
 
 namespace gsync::cuda::ipc {
@@ -124,6 +126,8 @@ class page_mapping {
   control_page& page() const noexcept { return *static_cast<control_page*>(base_); }  ///< the page
   void* base() const noexcept { return base_; }                                        ///< its address
   const std::string& name() const noexcept { return name_; }                           ///< its name
+  /// Forgets the mapping without unmapping it (memory still registered with CUDA stays mapped).
+  void* release_mapping() noexcept { return std::exchange(base_, nullptr); }
   /// Removes the name (the page lives on while mapped). Idempotent.
   void unlink() noexcept {
     if (linked_) ::shm_unlink(name_.c_str());
@@ -167,7 +171,15 @@ class shared_page {
   shared_page(const shared_page&) = delete;
   shared_page& operator=(const shared_page&) = delete;
   ~shared_page() {
-    if (api_) api_->unregister_host(m_.base());
+    if (api_) {
+      try {  // unregistering synchronises the device: only while gsync holds no stream there
+        gsync::cuda::detail::stream_holds::instance().exclusive(device_, std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                                                                "CUDA IPC teardown", [&] { api_->unregister_host(m_.base()); });
+      } catch (...) {
+        // left registered (and mapped) rather than a device wait risked
+        (void)m_.release_mapping();
+      }
+    }
     std::lock_guard lk(registry_mutex());
     auto& r = registry();
     for (auto it = r.begin(); it != r.end(); ++it)
@@ -181,12 +193,14 @@ class shared_page {
   void* base() const noexcept { return m_.base(); }          ///< its address in this process
   const std::string& name() const noexcept { return m_.name(); }  ///< its name
   void unlink() noexcept { m_.unlink(); }                   ///< removes its name (see page_mapping)
-  /// Registers the page with `api` (once per process; later calls do nothing).
-  void register_with(runtime_api& api) {
+  /// Registers the page with `api` for `device` (once per process; later calls do nothing). The
+  /// caller passes gsync's door for device-synchronising calls (cuda/stream_holds.hpp).
+  void register_with(runtime_api& api, int device) {
     std::lock_guard lk(m_mutex_);
     if (api_) return;
     api.register_host(m_.base(), page_bytes);
     api_ = &api;
+    device_ = device;
   }
 
  private:
@@ -215,6 +229,7 @@ class shared_page {
   page_mapping m_;
   std::mutex m_mutex_;
   runtime_api* api_ = nullptr;
+  int device_ = 0;
 };
 
 }  // namespace gsync::cuda::ipc

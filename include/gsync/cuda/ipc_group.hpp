@@ -39,6 +39,7 @@
 #include "gsync/cuda/ipc_counters.hpp"
 #include "gsync/cuda/ipc_peer.hpp"
 #include "gsync/cuda/ipc_plan.hpp"
+#include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/function_ref.hpp"
 
 namespace gsync::cuda::ipc {
@@ -57,8 +58,10 @@ class group {
  public:
   /// Step 1 of set-up: this rank's arena, page and record. \param kernels whether IPC kernels are
   /// installed (without them the record says so and the group does not form).
-  group(runtime_api& api, int rank, int size, const settings& s, bool kernels, logger log)
-      : api_(api), rank_(rank), size_(size), log_(std::move(log)) {
+  /// `limit` bounds the wait of its allocations for streams held on the device (cuda/stream_holds.hpp).
+  group(runtime_api& api, int rank, int size, const settings& s, bool kernels, logger log,
+        std::chrono::milliseconds limit = std::chrono::seconds(60))
+      : api_(api), rank_(rank), size_(size), log_(std::move(log)), limit_(limit) {
     rec_.rank = rank;
     rec_.enabled = s.enabled ? 1 : 0;
     layout_.slot_bytes = s.slot_bytes;
@@ -74,9 +77,10 @@ class group {
     }
     try {
       rec_.device = api_.identity();
+      device_ = rec_.device.ordinal;
       own_page_ = shared_page::create();
       set_field(rec_.page, own_page_->name());
-      arena_ = static_cast<std::byte*>(api_.alloc_exportable(layout_.bytes()));
+      exclusive("CUDA IPC set-up", [&] { arena_ = static_cast<std::byte*>(api_.alloc_exportable(layout_.bytes())); });
       rec_.handle = api_.ipc_export(arena_);
       rec_.address = reinterpret_cast<std::uint64_t>(arena_);
       rec_.ready = 1;
@@ -103,7 +107,7 @@ class group {
         const auto& r = all[static_cast<std::size_t>(p)];
         pr.pid = r.pid;
         pr.page_ref = p == rank_ ? own_page_ : shared_page::open(field(r.page));
-        pr.page_ref->register_with(api_);
+        exclusive("CUDA IPC set-up", [&] { pr.page_ref->register_with(api_, device_); });
         pr.page = pr.page_ref->base();
         if (p == rank_) {
           pr.arena = arena_;
@@ -126,7 +130,7 @@ class group {
       return who(rank_) + ": " + e.what();
     }
     try {
-      local_done_ = static_cast<std::uint64_t*>(api_.alloc_pinned(sizeof(std::uint64_t)));
+      exclusive("CUDA IPC set-up", [&] { local_done_ = static_cast<std::uint64_t*>(api_.alloc_pinned(sizeof(std::uint64_t))); });
       *local_done_ = 0;
     } catch (const std::exception& e) {
       disconnect();
@@ -138,7 +142,13 @@ class group {
 
   /// Undoes connect (a failed set-up; the caller then passes a barrier before destroying).
   void disconnect() noexcept {
-    if (local_done_) api_.free_pinned(local_done_);
+    if (local_done_) {
+      try {
+        exclusive("CUDA IPC teardown", [&] { api_.free_pinned(local_done_); });
+      } catch (...) {
+        // streams of other communicators stay held: the word is leaked rather than a device wait risked
+      }
+    }
     local_done_ = nullptr;
     for (auto& pr : peers_) {
       if (pr.opened) api_.ipc_close(pr.arena);
@@ -153,6 +163,7 @@ class group {
 
   // --- what the schedules (cuda/ipc_schedule.hpp) use ---
   runtime_api& api() const noexcept { return api_; }                  ///< the runtime
+  int device() const noexcept { return device_; }                     ///< this rank's device
   /// Names the members by their communicator ranks in messages (`ranks[i]`: group rank i), where
   /// the group is part of its communicator (the ranks of one host).
   void name_members(std::vector<int> ranks) { names_ = std::move(ranks); }
@@ -420,14 +431,28 @@ class group {
       }
       disconnect();
     }
-    if (arena_) api_.free_exportable(arena_);
+    if (arena_) {
+      try {
+        exclusive("CUDA IPC teardown", [&] { api_.free_exportable(arena_); });
+      } catch (...) {
+        log_.warn("CUDA IPC teardown: streams of other communicators stayed held; the arena is left allocated rather than freed "
+                  "(freeing synchronises the device)");
+      }
+    }
     arena_ = nullptr;
+  }
+
+  // Runs `fn` (calls that synchronise the device) while no stream is held on this rank's device.
+  void exclusive(const char* what, gsync::detail::function_ref<void()> fn) {
+    gsync::cuda::detail::stream_holds::instance().exclusive(device_, std::chrono::steady_clock::now() + limit_, what, fn);
   }
 
   runtime_api& api_;
   int rank_ = 0, size_ = 1;
   std::vector<int> names_;  // communicator rank of each member (empty: the same as the group rank)
   logger log_;
+  std::chrono::milliseconds limit_;
+  int device_ = 0;
   arena_layout layout_;
   peer_record rec_;
   std::shared_ptr<shared_page> own_page_;

@@ -44,6 +44,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
+#include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/function_ref.hpp"
 
 namespace gsync::cuda::detail {
@@ -189,13 +190,24 @@ inline thread_local readiness* current_readiness = nullptr;
 /// destroyed after the communicator's engine has stopped (every job holds a reference).
 class device_state {
  public:
-  /// Resources on the caller's current device, through `api`.
-  explicit device_state(runtime_api& api) : api_(api), device_(api.current_device()) {
+  /// Resources on the caller's current device, through `api`: the streams, the gate word and both
+  /// mirrors, sized up front for `staging_bytes` (mirror_capacity), so that no operation ever
+  /// allocates or frees pinned memory (calls that synchronise the device) while a stream waits
+  /// for gsync. The allocation waits, until `until`, for the streams held on the device to drain
+  /// (cuda/stream_holds.hpp).
+  device_state(runtime_api& api, std::size_t staging_bytes, std::chrono::steady_clock::time_point until)
+      : api_(api), device_(api.current_device()) {
     d2h_ = api_.create_stream();
     try {
       h2d_ = api_.create_stream();
-      gate_ = static_cast<std::uint64_t*>(api_.alloc_pinned(64));
-      *gate_ = 0;
+      stream_holds::instance().exclusive(device_, until, "device staging", [&] {
+        gate_ = static_cast<std::uint64_t*>(api_.alloc_pinned(64));
+        *gate_ = 0;
+        for (auto& m : mirror_) {
+          m.p = static_cast<std::byte*>(api_.alloc_pinned(mirror_capacity(staging_bytes)));
+          m.bytes = mirror_capacity(staging_bytes);
+        }
+      });
     } catch (...) {
       release_resources();
       throw;
@@ -204,8 +216,9 @@ class device_state {
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
   /// Releases every gate still closed, waits (bounded) until the user streams have passed their
-  /// gates, then frees streams, events and pinned memory. A gate word a stream might still read
-  /// after the bound is leaked rather than freed under it.
+  /// gates, then frees streams, events and pinned memory. Pinned memory a stream might still read
+  /// after the bound, or that cannot be freed without waiting for streams held by other
+  /// communicators, is leaked rather than freed under them.
   ~device_state() {
     release_all();
     bool passed = true;
@@ -224,22 +237,52 @@ class device_state {
     release_resources();
   }
 
+  /// Bytes of each mirror made for `staging_bytes`: a window of any plan cut for it fits.
+  static constexpr std::size_t mirror_capacity(std::size_t staging_bytes) noexcept { return staging_bytes + 2 * mirror_align; }
+
+  /// Makes the mirrors hold `bytes` (a plan whose single elements exceed the staging size, as an
+  /// alltoall of many ranks with a tiny GSYNC_CUDA_STAGING_BYTES): caller thread, before its gate
+  /// closes; waits, until `until`, for the streams held on the device to drain.
+  void ensure_capacity(std::size_t bytes, std::chrono::steady_clock::time_point until) {
+    if (mirror_[0].bytes >= bytes) return;
+    stream_holds::instance().exclusive(device_, until, "device staging (growing the mirrors)", [&] {
+      for (auto& m : mirror_) {
+        if (m.p) api_.free_pinned(m.p);
+        m = {};
+        m.p = static_cast<std::byte*>(api_.alloc_pinned(bytes));
+        m.bytes = bytes;
+      }
+    });
+  }
+
+  /// Set once the communicator's ranks passed the barrier after making these resources (caller
+  /// thread; detail/device_collective.hpp).
+  bool collectively_prepared = false;
+
   runtime_api& api() noexcept { return api_; }  ///< the runtime
   int device() const noexcept { return device_; }  ///< the device the communicator's work runs on
 
+  /// A closed gate: its value, the operation's start event and the hold of the user's stream.
+  struct closed_gate {
+    std::uint64_t value = 0;
+    event_handle start = nullptr;
+    stream_hold hold;
+  };
   /// Closes a gate on stream `s` for a new operation (caller thread): records the start event
   /// (the input is ready when it completes), makes `s` wait for the gate, and returns the gate's
-  /// value and the start event. `limit` bounds a host-polled wait (see runtime_api::wait_word).
-  std::pair<std::uint64_t, event_handle> close_gate(cuda_stream s, std::chrono::milliseconds limit) {
+  /// value, the start event and the hold of `s`. `limit` bounds a host-polled wait (see
+  /// runtime_api::wait_word).
+  closed_gate close_gate(cuda_stream s, std::chrono::milliseconds limit) {
     api_.set_device(device_);
-    const std::uint64_t value = ++issued_;
-    event_handle start = take_event();
+    closed_gate g{0, nullptr, stream_hold(device_)};
+    g.value = ++issued_;
+    g.start = take_event();
     try {
-      api_.record(start, s);
-      api_.wait_word(s, gate_, value, limit);
+      api_.record(g.start, s);
+      api_.wait_word(s, gate_, g.value, limit);
     } catch (...) {
-      give_event(start);
-      release(value);
+      give_event(g.start);
+      release(g.value);
       throw;
     }
     try {  // an event after the gate, so destruction can wait until the stream has passed it
@@ -250,7 +293,7 @@ class device_state {
       // only destruction needs it; it then leaks the gate word rather than wait
       after_ok_ = false;
     }
-    return {value, start};
+    return g;
   }
   /// Opens gates up to `value` (any thread): streams waiting for them go on.
   void release(std::uint64_t value) noexcept {
@@ -299,8 +342,8 @@ class device_state {
       throw;
     }
     give_event(start);  // the wait captured its record; a new operation may record it again
-    const std::size_t nmirrors = plan.windows > 1 ? 2 : 1;
-    for (std::size_t i = 0; i < nmirrors; ++i) grow_mirror(i, plan.mirror_bytes());
+    if (plan.mirror_bytes() > mirror_[0].bytes)  // staged_launch made room before closing the gate
+      throw error(errc::invalid_argument, "device staging: a window of " + std::to_string(plan.mirror_bytes()) + " bytes exceeds the mirrors");
     std::size_t last = 0;
     try {
       copy_in(plan, 0);
@@ -336,16 +379,6 @@ class device_state {
     std::byte* p = nullptr;
     std::size_t bytes = 0;
   };
-  void grow_mirror(std::size_t i, std::size_t bytes) {
-    if (mirror_[i].bytes >= bytes) return;
-    if (mirror_[i].p) {
-      drain();  // nothing of ours may still read or write it
-      api_.free_pinned(mirror_[i].p);
-      mirror_[i] = {};
-    }
-    mirror_[i].p = static_cast<std::byte*>(api_.alloc_pinned(bytes));
-    mirror_[i].bytes = bytes;
-  }
   void copy_in(const staged_plan& plan, std::size_t w) {
     const std::size_t b = w % 2;
     auto& pcs = in_pieces_[b];
@@ -389,18 +422,26 @@ class device_state {
     after_.emplace_back(s, api_.create_event());
     return after_.back().second;
   }
-  // Streams first: their queued waits and records refer to the events and the mirrors.
+  // Streams first: their queued waits and records refer to the events and the mirrors. Pinned
+  // memory is freed only while no stream is held on the device (freeing synchronises it).
   void release_resources() noexcept {
     if (d2h_) api_.destroy_stream(d2h_);
     if (h2d_) api_.destroy_stream(h2d_);
-    for (auto& m : mirror_)
-      if (m.p) api_.free_pinned(m.p);
     for (event_handle e : all_events_) api_.destroy_event(e);
     for (auto& [s, e] : after_) {
       (void)s;
       api_.destroy_event(e);
     }
-    if (gate_) api_.free_pinned(gate_);
+    try {
+      stream_holds::instance().exclusive(device_, std::chrono::steady_clock::now() + std::chrono::seconds(30), "device staging teardown",
+                                         [&] {
+                                           for (auto& m : mirror_)
+                                             if (m.p) api_.free_pinned(m.p);
+                                           if (gate_) api_.free_pinned(gate_);
+                                         });
+    } catch (...) {
+      // streams of other communicators stayed held: the memory is leaked rather than a device wait risked
+    }
   }
 
   runtime_api& api_;

@@ -27,6 +27,9 @@
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/staged_primitives.hpp"
 #include "gsync/cuda/staging.hpp"
+#include "gsync/cuda/stream_holds.hpp"
+#include "gsync/detail/barrier_run.hpp"
+#include "gsync/detail/collective.hpp"
 #include "gsync/device_span.hpp"
 
 #if defined(__CUDACC__) || (defined(GSYNC_WITH_CUDA) && GSYNC_WITH_CUDA)
@@ -39,30 +42,48 @@
 namespace gsync::detail {
 
 /// The staging resources of `comm`, made on its first device operation (on the caller's current
-/// device, through the installed CUDA runtime).
+/// device, through the installed CUDA runtime; pools sized up front, cuda/staging.hpp).
 template <class X>
 std::shared_ptr<cuda::detail::device_state> device_state_of(communicator<X>& comm) {
   auto& slot = comm.device_state_slot();
-  if (!slot) slot = std::make_shared<cuda::detail::device_state>(cuda::current_runtime_api());
+  if (!slot)
+    slot = std::make_shared<cuda::detail::device_state>(cuda::current_runtime_api(), comm.settings().cuda_staging_bytes,
+                                                        std::chrono::steady_clock::now() + comm.issue_timeout());
   return std::static_pointer_cast<cuda::detail::device_state>(slot);
+}
+
+/// Makes `comm`'s staging resources and passes a barrier, once per communicator (at its first
+/// device collective, or at prepare_device): no rank closes a gate on a stream before every rank
+/// has allocated, so ranks of one process sharing a device never allocate (which synchronises
+/// the device) while another's stream waits for them.
+template <class X>
+std::shared_ptr<cuda::detail::device_state> prepared_device_state(communicator<X>& comm) {
+  auto st = device_state_of(comm);
+  if (!st->collectively_prepared) {
+    launch(comm, "prepare_device", [](communicator<X>& c, op_ticket tk) { barrier_run<algo::automatic>(c, tk); });
+    st->collectively_prepared = true;
+  }
+  return st;
 }
 
 /// A gate held by a queued job: released exactly once, when the job ends or is dropped unrun.
 class gate_hold {
  public:
-  gate_hold(std::shared_ptr<cuda::detail::device_state> st, std::uint64_t value, cuda::event_handle start) noexcept
-      : st_(std::move(st)), value_(value), start_(start) {}
-  gate_hold(gate_hold&& o) noexcept : st_(std::move(o.st_)), value_(o.value_), start_(std::exchange(o.start_, nullptr)) {}
+  gate_hold(std::shared_ptr<cuda::detail::device_state> st, cuda::detail::device_state::closed_gate g) noexcept
+      : st_(std::move(st)), value_(g.value), start_(g.start), hold_(std::move(g.hold)) {}
+  gate_hold(gate_hold&& o) noexcept
+      : st_(std::move(o.st_)), value_(o.value_), start_(std::exchange(o.start_, nullptr)), hold_(std::move(o.hold_)) {}
   gate_hold& operator=(gate_hold&&) = delete;
   ~gate_hold() { release(); }
   cuda::detail::device_state& state() const noexcept { return *st_; }  ///< the resources
   /// The start event, handed to the run (which returns it to the pool).
   cuda::event_handle take_start() noexcept { return std::exchange(start_, nullptr); }
-  /// Opens the gate (idempotent).
+  /// Opens the gate (idempotent): the stream is no longer held.
   void release() noexcept {
     if (!st_) return;
     if (start_) st_->give_event(std::exchange(start_, nullptr));
     st_->release(value_);
+    hold_.end();
     st_.reset();
   }
 
@@ -70,6 +91,7 @@ class gate_hold {
   std::shared_ptr<cuda::detail::device_state> st_;
   std::uint64_t value_ = 0;
   cuda::event_handle start_ = nullptr;
+  cuda::detail::stream_hold hold_;
 };
 
 /// The queued job of one staged operation.
@@ -100,20 +122,22 @@ struct staged_job {
 /// plan moves nothing). \param kind the collective's name; \param s the user's stream;
 /// \param plan the buffers, already cut into windows; \param number called once the call is
 /// known to go ahead: numbers the operation's messages (collective or point-to-point tickets)
-/// and returns the window runner (see staged_job).
+/// and returns the window runner (see staged_job); \param collective false for point-to-point
+/// operations (which cannot pass the barrier of prepared_device_state).
 template <class X, class N>
-request staged_launch(communicator<X>& comm, const char* kind, cuda_stream s, const cuda::detail::staged_plan& plan, N number) {
+request staged_launch(communicator<X>& comm, const char* kind, cuda_stream s, const cuda::detail::staged_plan& plan, N number,
+                      bool collective = true) {
   if (comm.broken()) comm.engine().throw_broken();
-  auto st = device_state_of(comm);
+  auto st = collective ? prepared_device_state(comm) : device_state_of(comm);
   if (st->api().capturing(s))
     throw error(errc::invalid_argument, std::string(kind) +
                                             ": the stream is being captured into a CUDA graph; device collectives through host "
                                             "staging cannot be captured (run them outside the capture)");
+  st->ensure_capacity(plan.mirror_bytes(), std::chrono::steady_clock::now() + comm.issue_timeout());
   auto run_window = number();
   if (plan.windows == 0) return {};  // nothing to move (numbered as the host path numbers it)
   const std::chrono::milliseconds limit = comm.issue_timeout();
-  auto [value, start] = st->close_gate(s, limit * static_cast<long>(plan.windows) + std::chrono::seconds(10));
-  gate_hold gate(st, value, start);
+  gate_hold gate(st, st->close_gate(s, limit * static_cast<long>(plan.windows) + std::chrono::seconds(10)));
   return comm.issue(kind, staged_job<X, decltype(run_window)>{std::move(gate), plan, limit, std::move(run_window)});
 }
 

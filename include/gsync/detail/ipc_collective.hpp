@@ -30,6 +30,7 @@
 #include "gsync/cuda/ipc_api.hpp"
 #include "gsync/cuda/ipc_group.hpp"
 #include "gsync/cuda/ipc_schedule.hpp"
+#include "gsync/cuda/stream_holds.hpp"
 
 namespace gsync::detail {
 
@@ -72,17 +73,23 @@ struct ipc_job {
   cuda::ipc::step_range steps;
   const char* kind;
   std::chrono::milliseconds limit;
+  cuda::detail::stream_hold hold;  // the user's stream, held until the watch has seen it pass (or released it)
 
-  ipc_job(std::shared_ptr<ipc_state> s, cuda::event_handle e, cuda::ipc::step_range r, const char* k, std::chrono::milliseconds l)
-      : st(std::move(s)), done(e), steps(r), kind(k), limit(l) {}
+  ipc_job(std::shared_ptr<ipc_state> s, cuda::event_handle e, cuda::ipc::step_range r, const char* k, std::chrono::milliseconds l,
+          cuda::detail::stream_hold h)
+      : st(std::move(s)), done(e), steps(r), kind(k), limit(l), hold(std::move(h)) {}
   ipc_job(ipc_job&& o) noexcept
-      : st(std::move(o.st)), done(std::exchange(o.done, nullptr)), steps(o.steps), kind(o.kind), limit(o.limit) {}
+      : st(std::move(o.st)), done(std::exchange(o.done, nullptr)), steps(o.steps), kind(o.kind), limit(o.limit), hold(std::move(o.hold)) {}
   ipc_job& operator=(ipc_job&&) = delete;
   ~ipc_job() {
     if (done) st->group->api().destroy_event(done);
   }
   template <class X>
   void operator()(communicator<X>& comm) {
+    struct end_hold {
+      cuda::detail::stream_hold& h;
+      ~end_hold() { h.end(); }
+    } guard{hold};
     st->group->watch(done, steps, kind, limit, [&comm]() -> std::optional<std::string> {
       if (!comm.aborted()) return std::nullopt;
       return "rank " + std::to_string(comm.rank()) + ": communicator aborted";
@@ -93,6 +100,7 @@ struct ipc_job {
   void skipped() noexcept {
     st->group->report(errc::aborted, std::string(kind) + " over CUDA IPC: " + st->group->who(st->group->rank()) +
                                          ": its communicator failed or was aborted before the operation ran");
+    hold.end();
   }
 };
 
@@ -107,6 +115,7 @@ request ipc_launch(communicator<X>& comm, std::shared_ptr<ipc_state> st, const c
                                             ": the stream is being captured into a CUDA graph; device collectives over CUDA IPC "
                                             "are watched from the host and cannot be captured (run them outside the capture)");
   const std::chrono::milliseconds limit = comm.issue_timeout();
+  cuda::detail::stream_hold hold(g.device());  // before the stream waits for anyone
   cuda::ipc::step_range steps;
   try {
     steps = enqueue(limit);
@@ -122,7 +131,7 @@ request ipc_launch(communicator<X>& comm, std::shared_ptr<ipc_state> st, const c
     g.api().destroy_event(done);
     throw;
   }
-  return comm.issue(kind, ipc_job{std::move(st), done, steps, kind, limit});
+  return comm.issue(kind, ipc_job{std::move(st), done, steps, kind, limit, std::move(hold)});
 }
 
 /// The installed IPC kernels (installed when the group formed; a program that uninstalls them

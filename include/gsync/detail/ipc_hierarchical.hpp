@@ -97,6 +97,8 @@ template <class X, class T, class Op>
 request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc_state> st, const T* in, T* out, std::size_t count,
                                       const Op& op, cuda_stream s) {
   cuda::ipc::group& g = *st->group;
+  // The staging memory of the level across hosts, made before this rank's stream is held.
+  (void)prepared_device_state(comm);
   const std::size_t bytes = count * sizeof(T);
   const auto form = cuda::ipc::choose_form(bytes, g.size());
   // Inside the host the kernels only combine; avg divides once, across hosts.

@@ -66,7 +66,7 @@ std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm) {
   const int me = across ? t.local_index(comm.rank()) : comm.rank();
   const int members = across ? t.ranks_per_host() : comm.size();
   auto g = std::make_unique<cuda::ipc::group>(cuda::current_runtime_api(), me, members, comm.settings().cuda_ipc,
-                                              cuda::installed_ipc_kernels() != nullptr, comm.log());
+                                              cuda::installed_ipc_kernels() != nullptr, comm.log(), comm.issue_timeout());
   if (across) g->name_members(t.ranks_on(t.host_of(comm.rank())));  // messages name communicator ranks
   const std::vector<cuda::ipc::peer_record> all = ipc_exchange(comm, g->record());
   std::vector<cuda::ipc::peer_record> mates;
@@ -120,3 +120,23 @@ std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm) {
 }
 
 }  // namespace gsync::detail
+
+namespace gsync {
+
+/// Makes `comm`'s device resources now, on the calling thread's current device: its CUDA IPC
+/// group where its ranks can form one, the pinned staging mirrors (twice GSYNC_CUDA_STAGING_BYTES)
+/// and the gate of its streams. Collective: every rank calls it. Optional for a process that
+/// drives one rank: the first device collective does the same. A process that drives several
+/// ranks on one device (threads) calls it on each communicator before any device operation of
+/// any of them: allocating device or pinned memory synchronises the device, so a rank must not
+/// allocate while a stream of another waits for it (gsync then fails with errc::timeout rather
+/// than risk a device-level deadlock).
+/// \tparam X transport of the communicator.
+template <class X>
+void prepare_device(communicator<X>& comm) {
+  if (comm.broken()) comm.engine().throw_broken();
+  (void)detail::ipc_state_of(comm);
+  (void)detail::prepared_device_state(comm);
+}
+
+}  // namespace gsync

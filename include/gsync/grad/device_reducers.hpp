@@ -26,6 +26,7 @@
 /// moves as one staged operation whatever GSYNC_CUDA_STAGING_BYTES says (its state is per
 /// bucket): the pinned mirror grows to the largest bucket.
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,8 @@
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/grad_api.hpp"
 #include "gsync/cuda/staging.hpp"
+#include "gsync/cuda/stream_holds.hpp"
+#include "gsync/detail/barrier_run.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
 #include "gsync/device_span.hpp"
@@ -179,9 +182,16 @@ class device_compressed_reducer {
     device_buffers& operator=(const device_buffers&) = delete;
     ~device_buffers() {
       if (!api) return;
-      api->free_device(residual);
-      api->free_device(sent);
-      api->free_device(reduced);
+      try {
+        cuda::detail::stream_holds::instance().exclusive(api->current_device(), std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                                                         "device_compressed_reducer<int8> teardown", [&] {
+                                                           api->free_device(residual);
+                                                           api->free_device(sent);
+                                                           api->free_device(reduced);
+                                                         });
+      } catch (...) {
+        // leaked rather than a device wait risked
+      }
     }
   };
   struct bucket_state {
@@ -222,10 +232,18 @@ class device_compressed_reducer {
     cuda::grad_kernels& k = cuda::current_grad_kernels();
     const bool ef = policy_.error_feedback;
     if (!st.dev.api) {  // zeroed once: padding and unused scales are never written afterwards
+      // cudaMalloc synchronises the device: only while gsync holds no stream there (waits for the
+      // buckets in flight)
+      cuda::detail::stream_holds::instance().exclusive(api.current_device(), std::chrono::steady_clock::now() + comm.issue_timeout(),
+                                                       "device_compressed_reducer<int8>", [&] {
+                                                         if (ef) st.dev.residual = static_cast<float*>(api.alloc_device(n * sizeof(float)));
+                                                         st.dev.sent = static_cast<std::byte*>(api.alloc_device(all));
+                                                         st.dev.reduced = static_cast<std::byte*>(api.alloc_device(all));
+                                                       });
       st.dev.api = &api;
-      if (ef) st.dev.residual = static_cast<float*>(api.alloc_device(n * sizeof(float)));
-      st.dev.sent = static_cast<std::byte*>(api.alloc_device(all));
-      st.dev.reduced = static_cast<std::byte*>(api.alloc_device(all));
+      // No rank's stream waits on this bucket before every rank has allocated (ranks of one
+      // process sharing a device would otherwise allocate while another's stream waits for them).
+      gsync::detail::launch(comm, "prepare_device", [](communicator<X>& c, op_ticket tk) { gsync::detail::barrier_run<algo::automatic>(c, tk); });
       if (ef) api.zero_async(st.dev.residual, n * sizeof(float), job.stream);
       api.zero_async(st.dev.sent, all, job.stream);
       api.zero_async(st.dev.reduced, all, job.stream);

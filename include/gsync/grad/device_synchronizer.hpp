@@ -59,6 +59,7 @@
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/grad_api.hpp"
 #include "gsync/cuda/staging.hpp"
+#include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/device_collective.hpp"
 #include "gsync/device_span.hpp"
 #include "gsync/grad/bucket_plan.hpp"
@@ -111,14 +112,20 @@ class device_synchronizer {
   ~device_synchronizer() {
     drain();
     api_.destroy_stream(comm_stream_);  // first: its queued waits refer to the events
-    for (auto& b : buckets_) {
-      api_.free_device(b.storage);
-      api_.free_device(b.wire);
+    try {
+      device_synchronizing("device_synchronizer teardown", std::chrono::seconds(30), [&] {
+        for (auto& b : buckets_) {
+          api_.free_device(b.storage);
+          api_.free_device(b.wire);
+        }
+        if (counters_) api_.free_device(counters_);
+        if (host_counters_) api_.free_pinned(host_counters_);
+        if (norm_) api_.free_device(norm_);
+        if (host_norm_) api_.free_pinned(host_norm_);
+      });
+    } catch (...) {
+      // streams of other communicators stayed held: the memory is leaked rather than a device wait risked
     }
-    if (counters_) api_.free_device(counters_);
-    if (host_counters_) api_.free_pinned(host_counters_);
-    if (norm_) api_.free_device(norm_);
-    if (host_norm_) api_.free_pinned(host_norm_);
     for (cuda::event_handle e : events_) api_.destroy_event(e);
   }
 
@@ -149,6 +156,23 @@ class device_synchronizer {
     plan_ = detail::plan_for(tensors_, opt_);
     detail::check_same_registration(comm_, tensors_, opt_, "device_synchronizer");
     buckets_.resize(plan_.bucket_count());
+    device_synchronizing("device_synchronizer::build", comm_.timeout(), [&] { allocate(); });
+    comm_done_ = api_.create_event();
+    compute_done_ = api_.create_event();
+    events_.push_back(comm_done_);
+    events_.push_back(compute_done_);
+    built_ = true;
+    begin_marks();
+  }
+
+ private:
+  // Runs `fn` (calls that synchronise the device: allocations, frees) while gsync holds no stream
+  // on the device (cuda/stream_holds.hpp), waiting at most `limit` for that.
+  template <class F>
+  void device_synchronizing(const char* what, std::chrono::milliseconds limit, F&& fn) {
+    cuda::detail::stream_holds::instance().exclusive(api_.current_device(), clock::now() + limit, what, fn);
+  }
+  void allocate() {
     for (std::size_t b = 0; b < plan_.bucket_count(); ++b) {
       const bucket_layout& bl = plan_.bucket(b);
       bucket_state& bs = buckets_[b];
@@ -171,13 +195,9 @@ class device_synchronizer {
     const std::size_t slots = std::max<std::size_t>(1, tensors_.size());
     norm_ = static_cast<double*>(api_.alloc_device(slots * cuda::sum_squares_slots * 8));
     host_norm_ = static_cast<double*>(api_.alloc_pinned(slots * 8));
-    comm_done_ = api_.create_event();
-    compute_done_ = api_.create_event();
-    events_.push_back(comm_done_);
-    events_.push_back(compute_done_);
-    built_ = true;
-    begin_marks();
   }
+
+ public:
 
   /// The bucket memory of view gradient `i` (registered with add_view<T>). Builds if needed.
   /// \tparam T its element type.
@@ -371,7 +391,16 @@ class device_synchronizer {
     const tensor_entry& t = tensors_[i];
     nonfinite_report r{plan_.place(i).bucket, i, t.name, static_cast<std::size_t>(bad), 0, 0.0f};
     const std::size_t bytes = t.ref.count * size_of(t.ref.type);
-    auto* host = static_cast<std::byte*>(api_.alloc_pinned(std::max<std::size_t>(bytes, 1)));
+    std::byte* host = nullptr;
+    device_synchronizing("device_synchronizer: reading a non-finite gradient", comm_.timeout(),
+                         [&] { host = static_cast<std::byte*>(api_.alloc_pinned(std::max<std::size_t>(bytes, 1))); });
+    auto free_host = [&] {
+      try {
+        device_synchronizing("device_synchronizer: reading a non-finite gradient", comm_.timeout(), [&] { api_.free_pinned(host); });
+      } catch (...) {
+        // leaked rather than a device wait risked
+      }
+    };
     try {
       api_.copy_async(host, t.ref.data, bytes, cuda::copy_kind::device_to_host, compute_);
       api_.record(compute_done_, compute_);
@@ -383,10 +412,10 @@ class device_synchronizer {
         if (r.first_index < t.ref.count) r.first_value = static_cast<float>(p[r.first_index]);
       });
     } catch (...) {
-      api_.free_pinned(host);
+      free_host();
       throw;
     }
-    api_.free_pinned(host);
+    free_host();
     return r;
   }
 
