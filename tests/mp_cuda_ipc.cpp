@@ -16,6 +16,11 @@
 // --die-rank R --die-after-ms M: rank R exits abruptly (_exit(3)) M ms into a loop of device
 // allreduces; every other rank must raise gsync::error and exits 42 for peer_lost, 43 otherwise
 // (tests/mp_rank_exit.sh asserts how and how fast).
+// --survive (with --die-rank): each rank keeps 16 slow operations queued on its stream; once the
+// death is reported, a survivor checks that no kernel or copy read the dead rank's memory after
+// the failure was known (exit 44: it would have killed the CUDA context on a GPU), shrinks, and
+// runs device allreduces over CUDA IPC on the survivors (exit 0 when right, 45 when wrong).
+// tests/mp_ipc_survivors.sh runs it.
 
 #include <unistd.h>
 
@@ -94,11 +99,13 @@ int check_others(gsync::tcp_communicator& comm, std::size_t count) {
 
 int main(int argc, char** argv) {
   int die_rank = -1, die_after_ms = 0, no_open_rank = -1, hosts = 1;
+  bool survive = false;
   for (int i = 1; i < argc; ++i) {
     if (i + 1 < argc && !std::strcmp(argv[i], "--die-rank")) die_rank = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--die-after-ms")) die_after_ms = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--no-open-rank")) no_open_rank = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--hosts")) hosts = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--survive")) survive = true;
   }
   gsync_test::fake_cuda_scope scope(true);
   fk = &scope;
@@ -121,7 +128,39 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(die_after_ms));
           _exit(3);
         }).detach();
-      for (;;) gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s).wait();
+      if (!survive)
+        for (;;) gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s).wait();
+      gsync_test::slow_stream_us = 10000;  // each kernel and copy this thread queues takes 10 ms
+      try {
+        for (;;) {
+          std::vector<gsync::request> q;
+          for (int k = 0; k < 16; ++k) q.push_back(gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s));
+          for (auto& r : q) r.wait();
+        }
+      } catch (const gsync::error& e) {
+        std::fprintf(stderr, "rank %d: caught (%s): %s\n", rank, e.code().message().c_str(), e.what());
+      }
+      gsync_test::slow_stream_us = 0;
+      scope.api.synchronize(s);  // the stream was let go past its waits: it drains
+      if (scope.api.poisoned) {
+        std::fprintf(stderr, "rank %d: a kernel read the dead rank's memory after the failure was known (%ld reads)\n", rank,
+                     scope.api.dead_reads.load());
+        return 44;
+      }
+      auto small = comm.shrink();
+      const int n = small.size();
+      int wrong = 0;
+      for (std::size_t count : {std::size_t{1000}, std::size_t{300001}}) {
+        std::vector<float> w(count);
+        for (std::size_t i = 0; i < count; ++i) w[i] = static_cast<float>((small.rank() + 1) * (i % 7));
+        gsync::allreduce(small, gsync::device_span<float>{w.data(), count}, gsync::op::sum{}, s);
+        scope.api.synchronize(s);
+        for (std::size_t i = 0; i < count; ++i) wrong += w[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7));
+      }
+      const long skipped = scope.ipc.skipped.load();
+      std::printf("rank %d: survived as rank %d/%d: %s (%ld kernels skipped after the failure, %ld dead reads within the grace)\n", rank,
+                  small.rank(), n, wrong ? "WRONG results" : "device allreduce correct", skipped, scope.api.dead_reads.load());
+      return wrong ? 45 : 0;
     }
     int wrong = 0;
     for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{200003}}) {

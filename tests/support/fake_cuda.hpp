@@ -28,6 +28,8 @@
 #include <string>
 #include <thread>
 
+#include <cerrno>
+#include <csignal>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -123,9 +125,19 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::atomic<long> registered_now{0};      // register_host minus unregister_host
   std::atomic<bool> fail_ipc_open{false};   // ipc_open fails as in another PID namespace
   std::atomic<int> compute_mode{0};         // what identity() reports
+  // A read of a peer's arena (ipc_open) whose exporting process is gone, later than
+  // `dead_read_grace` after such a read was first seen: on a GPU the mapping of a dead process's
+  // memory is invalid, and the fault is sticky: it kills this process's context. `poisoned` then
+  // makes every later call and query fail, as cudaErrorIllegalAddress does.
+  std::atomic<bool> poisoned{false};
+  std::atomic<long> dead_reads{0};          // reads of a dead exporter's arena (within the grace or not)
+  std::chrono::milliseconds dead_read_grace{250};
   std::atomic<long> sync_stalls{0};         // device-synchronising calls that found a stream that did not drain
   std::atomic<long> device_syncs{0};        // device-synchronising calls
   std::chrono::milliseconds sync_limit{2000};
+  std::atomic<bool> memops{true};           // stream waits as cuStreamWaitValue64 (no limit); false: host-function fallback
+  std::atomic<long> overdue_waits{0};       // stream waits still unmet at their limit (see wait_word)
+  std::chrono::milliseconds memop_cap{30000};
   std::string last_stall;                   // what the last stalled call was (under m_)
   unsigned char uuid_byte = 0x11;           // the device's UUID, this byte 16 times
 
@@ -164,6 +176,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     });
   }
   bool query(gsync::cuda::event_handle e) override {
+    if (poisoned) throw gsync::error(gsync::errc::cuda, "cudaEventQuery failed: cudaErrorIllegalAddress (fake: a dead peer's memory was read)");
     auto* ev = static_cast<event_impl*>(e);
     return ev->completed.load() >= ev->recorded.load();
   }
@@ -176,13 +189,15 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   }
   void copy_async(void* dst, const void* src, std::size_t bytes, gsync::cuda::copy_kind kind, gsync::cuda_stream s) override {
     const long n = ++copies;
+    if (poisoned) throw gsync::error(gsync::errc::cuda, "cudaMemcpyAsync failed: cudaErrorIllegalAddress (fake: a dead peer's memory was read)");
     if (fail_copy_from && n >= fail_copy_from)
       throw gsync::error(gsync::errc::cuda, "cudaMemcpyAsync failed: cudaErrorIllegalAddress (fake: injected)");
     if (kind == gsync::cuda::copy_kind::device_to_host) d2h_bytes += static_cast<long>(bytes);
     if (kind == gsync::cuda::copy_kind::host_to_device) h2d_bytes += static_cast<long>(bytes);
     const int delay_us = kind == gsync::cuda::copy_kind::device_to_device ? slow_stream_us : 0;
-    impl(s).push([=] {
+    impl(s).push([=, this] {
       if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      note_read(src);
       std::memcpy(dst, src, bytes);
     });
   }
@@ -224,12 +239,31 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     }
     std::free(p);
   }
+  // With `memops` (the default, as cuStreamWaitValue64 on a GPU) the wait ignores `limit`: only the
+  // host writing the word lets the stream go on. A wait still unmet at its limit counts in
+  // `overdue_waits` (gsync relied on a bound the real path does not have); it gives up after
+  // `memop_cap` so that the test ends. Without `memops` (the host-function fallback) it honours
+  // `limit`.
   void wait_word(gsync::cuda_stream s, std::uint64_t* word, std::uint64_t value, std::chrono::milliseconds limit) override {
     const auto until = std::chrono::steady_clock::now() + limit;
-    impl(s).push([word, value, until] {
+    const bool device_wait = memops.load();
+    const auto cap = until + memop_cap;
+    impl(s).push([this, word, value, until, device_wait, cap] {
       std::atomic_ref<std::uint64_t> a(*word);
-      while (static_cast<std::int64_t>(a.load(std::memory_order_acquire) - value) < 0 && std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
+      bool overdue = false;
+      for (unsigned spins = 0; static_cast<std::int64_t>(a.load(std::memory_order_acquire) - value) < 0; ++spins) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= until) {
+          if (!device_wait) break;
+          if (!overdue) {
+            overdue = true;
+            ++overdue_waits;
+          }
+          if (now >= cap) break;
+        }
+        if (spins < 1000) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
     });
   }
   bool capturing(gsync::cuda_stream) override { return capture.load(); }
@@ -306,6 +340,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     if (p == MAP_FAILED) throw gsync::error(gsync::errc::cuda, "cudaIpcOpenMemHandle failed (fake: mmap)");
     std::lock_guard lk(m_);
     opened_[p] = bytes;
+    opened_pid_[p] = std::atoi(name.c_str() + std::strlen("/gsync-"));  // "/gsync-PID-fakedev-N"
     ++ipc_open_now;
     return p;
   }
@@ -325,8 +360,26 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     sync_device("cudaHostUnregister", false);
     --registered_now;
   }
+  const std::uint64_t* device_view(std::uint64_t* word) override { return word; }
   void write_word(gsync::cuda_stream s, std::uint64_t* word, std::uint64_t value) override {
     impl(s).push([word, value] { std::atomic_ref<std::uint64_t>(*word).store(value, std::memory_order_release); });
+  }
+
+  /// Called as a kernel or copy reads `p` (on the stream's thread): counts and judges a read of
+  /// a dead process's arena (see `poisoned`).
+  void note_read(const void* p) {
+    int pid = 0;
+    {
+      std::lock_guard lk(m_);
+      for (auto& [base, bytes] : opened_)
+        if (p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes) pid = opened_pid_[base];
+    }
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) return;
+    ++dead_reads;
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lk(m_);
+    auto [it, first] = first_dead_read_.emplace(pid, now);
+    if (!first && now - it->second > dead_read_grace) poisoned = true;
   }
 
  private:
@@ -376,6 +429,8 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::map<void*, std::size_t> sizes_;
   std::map<void*, std::pair<std::string, std::size_t>> exports_;
   std::map<void*, std::size_t> opened_;
+  std::map<void*, int> opened_pid_;                                       // exporter of each mapping
+  std::map<int, std::chrono::steady_clock::time_point> first_dead_read_;  // by exporter
 };
 
 
@@ -385,21 +440,42 @@ class fake_ipc_kernels final : public gsync::cuda::ipc_kernels {
  public:
   explicit fake_ipc_kernels(fake_cuda& api) : api_(api) {}
   void reduce(const gsync::cuda::ipc_sources& src, void* dst, std::size_t count, gsync::dtype t, gsync::cuda::ipc_op op,
-              gsync::cuda_stream s) override {
+              gsync::cuda_stream s, const std::uint64_t* cancel) override {
     ++calls;
+    if (api_.poisoned) throw gsync::error(gsync::errc::cuda, "IPC reduce kernel launch: cudaErrorIllegalAddress (fake: sticky)");
     const int delay_us = slow_stream_us;
     gsync::cuda::visit_dtype(t, [&](auto v) {
       using T = decltype(v);
-      api_.launch(s, [=] {
+      api_.launch(s, [=, this] {
         if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));  // a slow reader
+        if (cancelled(cancel)) return;
+        for (int i = 0; i < src.n; ++i) api_.note_read(src.p[i]);
         T* d = static_cast<T*>(dst);
         gsync::cuda::ipc_reduce_any(src, d, count, gsync::cuda::ipc_split(src, d, count), op, 0, 1);
       });
     });
   }
+  void copy(void* dst, const void* src, std::size_t bytes, gsync::cuda_stream s, const std::uint64_t* cancel) override {
+    ++copies;
+    if (api_.poisoned) throw gsync::error(gsync::errc::cuda, "IPC copy kernel launch: cudaErrorIllegalAddress (fake: sticky)");
+    const int delay_us = slow_stream_us;
+    api_.launch(s, [=, this] {
+      if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      if (cancelled(cancel)) return;
+      api_.note_read(src);
+      std::memcpy(dst, src, bytes);
+    });
+  }
+  std::atomic<long> copies{0};
+  std::atomic<long> skipped{0};  // kernels that found their cancel word set
   std::atomic<long> calls{0};
 
  private:
+  bool cancelled(const std::uint64_t* cancel) {
+    if (!cancel || std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(cancel)).load(std::memory_order_acquire) == 0) return false;
+    ++skipped;
+    return true;
+  }
   fake_cuda& api_;
 };
 
@@ -488,6 +564,9 @@ struct fake_cuda_scope {
         prev_ipc(gsync::cuda::set_ipc_kernels(with_ipc ? &ipc : nullptr)) {}
   ~fake_cuda_scope() {
 #if defined(DOCTEST_LIBRARY_INCLUDED)
+    if (api.overdue_waits.load() != 0)
+      FAIL_CHECK(api.overdue_waits.load() << " stream wait(s) outlived their limit: on a GPU (stream memory operations) "
+                                                "nothing but gsync's host side would have let the stream go on");
     if (api.sync_stalls.load() != 0)
       FAIL_CHECK(api.sync_stalls.load() << " device-synchronising call(s) waited for a stream held by gsync, the last: " << api.last_stall);
 #endif

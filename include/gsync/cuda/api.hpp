@@ -114,6 +114,8 @@ class runtime_api {
   /// Makes `s` store `value` to `*word` once the work queued before has completed. `word` lies in
   /// memory from alloc_pinned or register_host.
   virtual void write_word(cuda_stream s, std::uint64_t* word, std::uint64_t value) = 0;
+  /// The address through which a kernel reads `word` (in memory from alloc_pinned or register_host).
+  virtual const std::uint64_t* device_view(std::uint64_t* word) = 0;
 };
 
 namespace detail {

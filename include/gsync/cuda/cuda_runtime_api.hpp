@@ -145,6 +145,11 @@ class cuda_runtime final : public runtime_api {
     if (r != cudaSuccess) delete w;
     check(r, "cudaLaunchHostFunc");
   }
+  const std::uint64_t* device_view(std::uint64_t* word) override {
+    void* dev = nullptr;
+    check(cudaHostGetDevicePointer(&dev, word, 0), "cudaHostGetDevicePointer");
+    return static_cast<const std::uint64_t*>(dev);
+  }
 
  private:
   using wait_value_t = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);

@@ -53,8 +53,14 @@ class ipc_kernels {
   /// Queues on `s`: dst[i] = src[0][i] op src[1][i] op ... op src[n-1][i] for i < count, combined
   /// in that order (so every rank computing it gets the same bits); 16-bit floats are combined in
   /// float32 and rounded once. `avg` divides the sum by `src.n` as `op::avg::finalize` does. `dst`
-  /// may equal one of the sources.
-  virtual void reduce(const ipc_sources& src, void* dst, std::size_t count, dtype t, ipc_op op, cuda_stream s) = 0;
+  /// may equal one of the sources. Reads nothing, and writes nothing, when `*cancel` (a word of
+  /// mapped host memory, read through `runtime_api::device_view`) is not 0 as the kernel starts:
+  /// after a failure, a stream let go past its waits must not touch a dead peer's memory.
+  virtual void reduce(const ipc_sources& src, void* dst, std::size_t count, dtype t, ipc_op op, cuda_stream s,
+                      const std::uint64_t* cancel) = 0;
+  /// Queues on `s` a copy of `bytes` bytes from `src` (a peer's arena) to `dst`, skipped, as
+  /// `reduce`, when `*cancel` is not 0 as it starts.
+  virtual void copy(void* dst, const void* src, std::size_t bytes, cuda_stream s, const std::uint64_t* cancel) = 0;
 };
 
 namespace detail {

@@ -132,6 +132,7 @@ class group {
     try {
       exclusive("CUDA IPC set-up", [&] { local_done_ = static_cast<std::uint64_t*>(api_.alloc_pinned(sizeof(std::uint64_t))); });
       *local_done_ = 0;
+      cancel_ = api_.device_view(&page(rank_).abort_by);
     } catch (const std::exception& e) {
       disconnect();
       return who(rank_) + ": " + e.what();
@@ -190,6 +191,9 @@ class group {
     word(e.step).store(step, std::memory_order_release);
     enqueued_.store(step, std::memory_order_release);
   }
+  /// What this rank's kernels read before touching a peer's memory (cuda/ipc_api.hpp): its abort
+  /// word, set on every rank's page before a failure lets streams go on past their waits.
+  const std::uint64_t* cancel_word() const noexcept { return cancel_; }
   /// The word this rank's stream sets to the last step of each operation it finishes (pinned host
   /// memory private to this rank).
   std::uint64_t* local_done_word() const noexcept { return local_done_; }
@@ -404,6 +408,20 @@ class group {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (!stream_passed(last) && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (!stream_passed(last)) {
+        // Still waiting for peers: cancel (its kernels then read nothing) and let it go; if even
+        // that does not get it past its last step, nothing it may still touch is unmapped or freed.
+        report(errc::aborted, who(rank_) + ": its communicator was destroyed while device operations were still queued");
+        if (!stream_passed(last)) {
+          log_.warn("CUDA IPC teardown: this rank's stream did not pass its last step; the peers' arenas stay mapped and its "
+                    "own memory allocated rather than unmapped or freed under it");
+          arena_ = nullptr;
+          local_done_ = nullptr;
+          (void)new std::vector<peer>(std::move(peers_));  // leaked on purpose: mappings and pages the stream may touch
+          connected_ = false;
+          return;
+        }
+      }
       auto& me = page(rank_);
       for (auto& pr : peers_)
         if (pr.opened) {
@@ -464,6 +482,7 @@ class group {
   std::uint64_t step_ = 0;
   std::uint64_t all_arrived_ = 0;  // see all_arrived_step()
   std::uint64_t* local_done_ = nullptr;  // see local_done_word()
+  const std::uint64_t* cancel_ = nullptr;  // see cancel_word()
   std::atomic<std::uint64_t> enqueued_{0};
   std::atomic<std::uint64_t> watched_last_{0};  // last step of the operation `watch` observes now (0: none)
   double open_us_ = 0;

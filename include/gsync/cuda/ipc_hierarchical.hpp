@@ -86,7 +86,7 @@ inline step_range reduce_scatter_parts(group& g, ipc_kernels& k, const void* in,
       src.n = g.size();
       for (std::size_t p = 0; p < n; ++p)
         src.p[p] = g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * per * e;
-      k.reduce(src, detail::at(out, (mine.first + piece.first) * e), piece.count, t, op, s);
+      k.reduce(src, detail::at(out, (mine.first + piece.first) * e), piece.count, t, op, s, g.cancel_word());
     }
     st.signal(&control_page::done);
   }
@@ -110,7 +110,7 @@ inline step_range allgather_parts(group& g, void* data, std::size_t count, dtype
       if (p == g.rank()) continue;
       const range pp = part(count, g.size(), p, e);
       const range piece = chunk(pp.count, per, c);
-      st.copy(detail::at(data, (pp.first + piece.first) * e), g.arena(p) + slot, piece.count * e);
+      st.fetch(detail::at(data, (pp.first + piece.first) * e), g.arena(p) + slot, piece.count * e);
     }
     st.signal(&control_page::done);
   }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "gsync/cuda/ipc_api.hpp"
 #include "gsync/cuda/ipc_reduce.hpp"
@@ -25,12 +26,33 @@ namespace gsync::cuda {
 namespace detail {
 
 /// dst = reduction of the sources, one worker of `ipc_reduce_share` per thread.
+/// True in every thread of the block when the group was cancelled (one read of host memory per block).
+__device__ inline bool ipc_cancelled(const std::uint64_t* cancel) {
+  __shared__ int stop;
+  if (threadIdx.x == 0) stop = cancel && *static_cast<const volatile std::uint64_t*>(cancel) != 0;
+  __syncthreads();
+  return stop != 0;
+}
+
 template <class T>
 __global__ __attribute__((visibility("hidden"))) void ipc_reduce_kernel(ipc_sources src, T* dst, std::size_t n, split_plan s,
-                                                                        ipc_op op) {
+                                                                        ipc_op op, const std::uint64_t* cancel) {
+  if (ipc_cancelled(cancel)) return;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   ipc_reduce_any<T>(src, dst, n, s, op, tid, stride);
+}
+
+/// dst = src, 16 bytes per thread and step where both are 16-byte aligned, else byte by byte.
+__global__ __attribute__((visibility("hidden"))) void ipc_copy_kernel(unsigned char* dst, const unsigned char* src, std::size_t n,
+                                                                      const std::uint64_t* cancel) {
+  if (ipc_cancelled(cancel)) return;
+  const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const bool packs = ((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15) == 0;
+  const std::size_t n16 = packs ? n / 16 : 0;
+  for (std::size_t i = tid; i < n16; i += stride) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  for (std::size_t i = n16 * 16 + tid; i < n; i += stride) dst[i] = src[i];
 }
 
 /// Blocks for `work` units: enough to cover them, at most 4 per multiprocessor of 512 threads.
@@ -50,16 +72,23 @@ class cuda_ipc_kernels final : public ipc_kernels {
     static cuda_ipc_kernels k;
     return k;
   }
-  void reduce(const ipc_sources& src, void* dst, std::size_t count, dtype t, ipc_op op, cuda_stream s) override {
+  void reduce(const ipc_sources& src, void* dst, std::size_t count, dtype t, ipc_op op, cuda_stream s,
+              const std::uint64_t* cancel) override {
     if (count == 0) return;
     visit_dtype(t, [&](auto v) {
       using T = decltype(v);
       T* d = static_cast<T*>(dst);
       const split_plan sp = ipc_split(src, d, count);
       const std::size_t work = std::max<std::size_t>(sp.packs, count - sp.packs * pack_elems<T>);
-      detail::ipc_reduce_kernel<T><<<detail::ipc_grid_for(work), 512, 0, s>>>(src, d, count, sp, op);
+      detail::ipc_reduce_kernel<T><<<detail::ipc_grid_for(work), 512, 0, s>>>(src, d, count, sp, op, cancel);
     });
     check(cudaGetLastError(), "IPC reduce kernel launch");
+  }
+  void copy(void* dst, const void* src, std::size_t bytes, cuda_stream s, const std::uint64_t* cancel) override {
+    if (bytes == 0) return;
+    detail::ipc_copy_kernel<<<detail::ipc_grid_for((bytes + 15) / 16), 512, 0, s>>>(static_cast<unsigned char*>(dst),
+                                                                                  static_cast<const unsigned char*>(src), bytes, cancel);
+    check(cudaGetLastError(), "IPC copy kernel launch");
   }
 };
 

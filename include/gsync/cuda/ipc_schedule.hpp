@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "gsync/core/dtype.hpp"
+#include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/ipc_api.hpp"
 #include "gsync/cuda/ipc_group.hpp"
@@ -76,9 +77,16 @@ class stepper {
     if (step_ > 2 && g_.all_arrived_step() + 1 != step_) wait_peers(&control_page::done, step_ - 2);
     return g_.layout().slot_offset(step_);
   }
-  /// Queues a device-to-device copy (nothing for 0 bytes).
+  /// Queues a device-to-device copy from this rank's own memory (nothing for 0 bytes).
   void copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes) api_.copy_async(dst, src, bytes, copy_kind::device_to_device, s_);
+  }
+  /// Queues a copy out of a peer's arena: a kernel that reads nothing once the group failed.
+  void fetch(void* dst, const void* src, std::size_t bytes) {
+    if (!bytes) return;
+    ipc_kernels* k = installed_ipc_kernels();
+    if (!k) throw error(errc::cuda, "device collective over CUDA IPC: the IPC kernels were uninstalled after the group formed");
+    k->copy(dst, src, bytes, s_, g_.cancel_word());
   }
   /// Queues this rank's `field = step`.
   void signal(std::uint64_t control_page::*field) { api_.write_word(s_, &(g_.page(g_.rank()).*field), step_); }
@@ -143,18 +151,18 @@ inline step_range allreduce(group& g, ipc_kernels& k, const void* in, void* out,
     src.n = g.size();
     if (sch == schedule::one_shot) {
       for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot;
-      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s);
+      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
     } else {
       const range mine = slice(ch.count, g.size(), g.rank(), e);
       if (mine.count) {
         for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot + mine.first * e;
-        k.reduce(src, g.arena(g.rank()) + slot + mine.first * e, mine.count, t, op, s);
+        k.reduce(src, g.arena(g.rank()) + slot + mine.first * e, mine.count, t, op, s, g.cancel_word());
       }
       st.signal(&control_page::reduced);
       st.wait_all(&control_page::reduced);
       for (int p = 0; p < g.size(); ++p) {
         const range sl = slice(ch.count, g.size(), p, e);
-        st.copy(detail::at(out, (ch.first + sl.first) * e), g.arena(p) + slot + sl.first * e, sl.count * e);
+        st.fetch(detail::at(out, (ch.first + sl.first) * e), g.arena(p) + slot + sl.first * e, sl.count * e);
       }
     }
     st.signal(&control_page::done);
@@ -180,7 +188,7 @@ inline step_range reduce_scatter(group& g, ipc_kernels& k, const void* in, void*
     src.n = g.size();
     for (std::size_t p = 0; p < n; ++p)
       src.p[p] = g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * ch.count * e;
-    k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s);
+    k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
     st.signal(&control_page::done);
   }
   return st.finish();
@@ -200,8 +208,8 @@ inline step_range alltoall(group& g, const void* in, void* out, std::size_t coun
     st.signal(&control_page::arrive);
     st.wait_all(&control_page::arrive);
     for (std::size_t p = 0; p < n; ++p)
-      st.copy(detail::at(out, (p * count + ch.first) * e), g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * ch.count * e,
-              ch.count * e);
+      st.fetch(detail::at(out, (p * count + ch.first) * e), g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * ch.count * e,
+               ch.count * e);
     st.signal(&control_page::done);
   }
   return st.finish();
@@ -221,7 +229,7 @@ inline step_range allgather(group& g, const void* in, void* out, std::size_t cou
     st.signal(&control_page::arrive);
     st.wait_all(&control_page::arrive);
     for (int p = 0; p < g.size(); ++p)
-      st.copy(detail::at(out, (static_cast<std::size_t>(p) * count + ch.first) * e), g.arena(p) + slot, ch.count * e);
+      st.fetch(detail::at(out, (static_cast<std::size_t>(p) * count + ch.first) * e), g.arena(p) + slot, ch.count * e);
     st.signal(&control_page::done);
   }
   return st.finish();
@@ -239,7 +247,7 @@ inline step_range broadcast(group& g, void* data, std::size_t count, dtype t, in
     st.signal(&control_page::arrive);
     if (g.rank() != root) {
       st.wait_one(root, &control_page::arrive);
-      st.copy(detail::at(data, ch.first * e), g.arena(root) + slot, ch.count * e);
+      st.fetch(detail::at(data, ch.first * e), g.arena(root) + slot, ch.count * e);
     }
     st.signal(&control_page::done);
   }
@@ -263,7 +271,7 @@ inline step_range reduce(group& g, ipc_kernels& k, const void* in, void* out, st
       ipc_sources src;
       src.n = g.size();
       for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot;
-      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s);
+      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
     }
     st.signal(&control_page::done);
   }
