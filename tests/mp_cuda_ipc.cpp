@@ -21,7 +21,10 @@
 // the failure was known (exit 44: it would have killed the CUDA context on a GPU), shrinks, and
 // runs device allreduces over CUDA IPC on the survivors (exit 0 when right, 45 when wrong).
 // tests/mp_ipc_survivors.sh runs it.
+// --stop-rank R --die-after-ms M: rank R stops itself (SIGSTOP) M ms into the loop; every other
+// rank must raise gsync::error peer_lost (exit 42) within GSYNC_LIVENESS_S, not the op timeout.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,6 +101,7 @@ int check_others(gsync::tcp_communicator& comm, std::size_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int stop_rank = -1;
   int die_rank = -1, die_after_ms = 0, no_open_rank = -1, hosts = 1;
   bool survive = false;
   for (int i = 1; i < argc; ++i) {
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && !std::strcmp(argv[i], "--no-open-rank")) no_open_rank = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--hosts")) hosts = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--survive")) survive = true;
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--stop-rank")) stop_rank = std::atoi(argv[++i]);
   }
   gsync_test::fake_cuda_scope scope(true);
   fk = &scope;
@@ -118,6 +123,15 @@ int main(int argc, char** argv) {
     rank = comm.rank();
     if (rank == no_open_rank) scope.api.fail_ipc_open = true;
     const bool local_peers = per_host > 1;
+    if (stop_rank >= 0) {
+      die_rank = stop_rank;
+      if (rank == stop_rank)
+        std::thread([die_after_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(die_after_ms));
+          ::kill(::getpid(), SIGSTOP);
+        }).detach();
+      die_after_ms = 1 << 30;  // not _exit below
+    }
     if (die_rank >= 0) {
       std::vector<float> v(std::size_t{1} << 20, 1.0f);
       gsync::cuda_stream s = scope.api.create_stream();
@@ -128,6 +142,17 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(die_after_ms));
           _exit(3);
         }).detach();
+      if (stop_rank >= 0) {
+        // A stopped peer never closes its mappings of this rank's arena: the communicator's
+        // teardown would wait 30 s for it before leaking the arena. The test times the detection.
+        try {
+          for (;;) gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s).wait();
+        } catch (const gsync::error& e) {
+          std::fprintf(stderr, "rank %d: caught gsync::error (%s): %s\n", rank, e.code().message().c_str(), e.what());
+          std::fflush(stderr);
+          _exit(e.kind() == gsync::errc::peer_lost ? 42 : 43);
+        }
+      }
       if (!survive)
         for (;;) gsync::allreduce_async(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s).wait();
       gsync_test::slow_stream_us = 10000;  // each kernel and copy this thread queues takes 10 ms

@@ -30,6 +30,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gsync/core/config.hpp"
@@ -208,9 +209,10 @@ class group {
   /// meanwhile that every peer enqueued the same operations, that none reported a failure or died,
   /// that the steps move within `limit`, and that this rank was not aborted. On a failure: reports it to every rank, releases every
   /// stream (peers' counters written forward) and throws it (`what` names the operation).
-  /// `aborted` says, when asked, whether the application aborted the communicator (its reason then).
+  /// `aborted` says, when asked, whether the communicator failed otherwise (the application
+  /// aborted it, its heartbeat lost a peer): the kind and the words of that failure.
   void watch(event_handle done, step_range steps, const char* what, std::chrono::milliseconds limit,
-             gsync::detail::function_ref<std::optional<std::string>()> aborted) {
+             gsync::detail::function_ref<std::optional<std::pair<errc, std::string>>()> aborted) {
     using clock = std::chrono::steady_clock;
     auto last_move = clock::now();
     auto next_pid_check = last_move;
@@ -225,7 +227,7 @@ class group {
         fail(e.kind(), std::string(what) + " over CUDA IPC: " + e.what(), what);
       }
       check_abort(what);
-      if (auto reason = aborted()) fail(errc::aborted, *reason, what);
+      if (auto reason = aborted()) fail(reason->first, reason->second, what);
       verified = check_signatures(verified, steps.last, what);
       if (complete && verified > steps.last) return;
       if (complete && verified <= steps.last) {  // peers' entries were overwritten: too far ahead to compare

@@ -25,6 +25,7 @@
 #include "gsync/core/cost_model.hpp"
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/health.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/ipc_api.hpp"
@@ -90,9 +91,17 @@ struct ipc_job {
       cuda::detail::stream_hold& h;
       ~end_hold() { h.end(); }
     } guard{hold};
-    st->group->watch(done, steps, kind, limit, [&comm]() -> std::optional<std::string> {
-      if (!comm.aborted()) return std::nullopt;
-      return "rank " + std::to_string(comm.rank()) + ": communicator aborted";
+    // The communicator's own failure detection too: its heartbeat finds a stopped or hung local
+    // peer within GSYNC_LIVENESS_S (the watchdog alone sees only exits and the op timeout).
+    auto next_health = std::chrono::steady_clock::now();
+    st->group->watch(done, steps, kind, limit, [&]() -> std::optional<std::pair<errc, std::string>> {
+      if (comm.aborted()) return std::pair{errc::aborted, "rank " + std::to_string(comm.rank()) + ": communicator aborted"};
+      const auto now = std::chrono::steady_clock::now();
+      if (now < next_health) return std::nullopt;
+      next_health = now + std::chrono::milliseconds(20);
+      health_report h = comm.health();
+      if (h.ok()) return std::nullopt;
+      return std::pair{h.kind, std::string(kind) + " over CUDA IPC: " + h.message};
     });
   }
   /// The communicator broke (or was aborted) before this job ran: the peers are told, so that
