@@ -149,6 +149,10 @@ TEST_CASE("CUDA IPC settings: GSYNC_CUDA_IPC_* are read in config and checked") 
     gsync_test::scoped_env e("GSYNC_CUDA_IPC_BUFFER", "4K");
     CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
   }
+  {  // a slot size that is not whole 256-byte units would misalign the second slot
+    gsync_test::scoped_env e("GSYNC_CUDA_IPC_BUFFER", "100000");
+    CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
+  }
   CHECK(gsync::config::from_env().cuda_ipc.enabled);
 }
 

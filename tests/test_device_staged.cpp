@@ -112,6 +112,22 @@ TEST_CASE("device allreduce through staging: messages larger than the staging si
   }
 }
 
+TEST_CASE("device allreduce: the caller's current device is left as it was") {
+  fake_cuda_scope fk;
+  gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+    std::vector<float> dev(100, 1.0f);
+    gsync::cuda_stream s = fk.api.create_stream();
+    gsync::allreduce(comm, gsync::device_span<float>{dev.data(), dev.size()}, gsync::op::sum{}, s);  // the communicator's device: 0
+    fk.api.set_device(1);  // the application works on another device meanwhile
+    gsync::allreduce(comm, gsync::device_span<float>{dev.data(), dev.size()}, gsync::op::sum{}, s);
+    CHECK(fk.api.current_device() == 1);
+    fk.api.synchronize(s);
+    CHECK(dev[0] == 4.0f);
+    fk.api.set_device(0);
+    fk.api.destroy_stream(s);
+  });
+}
+
 TEST_CASE("device allreduce: the request of the async form finishes once the results are in device memory") {
   fake_cuda_scope fk;
   gsync_test::run_inproc(3, [&](auto& comm, auto&) {

@@ -143,8 +143,13 @@ class fake_cuda final : public gsync::cuda::runtime_api {
 
   // --- runtime_api ---
   const char* name() const noexcept override { return "fake"; }
-  int current_device() override { return 0; }
-  void set_device(int) override {}
+  int current_device() override { return current_device_of_thread(); }
+  void set_device(int d) override { current_device_of_thread() = d; }
+  /// The calling thread's current device (as CUDA's: per thread, 0 at first).
+  static int& current_device_of_thread() {
+    thread_local int d = 0;
+    return d;
+  }
   gsync::cuda_stream create_stream() override {
     ++streams_alive;
     auto* impl = new stream_impl;

@@ -206,8 +206,8 @@ GSYNC_DECL config config::from_env() {
   }
   if (auto s = detail::env("GSYNC_CUDA_IPC_BUFFER")) {
     auto b = detail::parse_size(*s);
-    if (!b || *b < (std::size_t{64} << 10))
-      throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_BUFFER='" + *s + "' is not a size of at least 64K, such as 8M");
+    if (!b || *b < (std::size_t{64} << 10) || *b % 256 != 0)  // slots stay aligned for the kernels' 16-byte packs and 256-byte slices
+      throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_BUFFER='" + *s + "' is not a size of at least 64K in whole 256-byte units, such as 8M");
     c.cuda_ipc.slot_bytes = *b;
   }
   if (auto a = detail::env("GSYNC_CUDA_IPC_ALGO")) {

@@ -31,14 +31,14 @@ namespace gsync::cuda {
 namespace detail {
 
 template <class From, class To>
-__global__ __attribute__((visibility("hidden"))) void cast_kernel(const From* src, To* dst, std::size_t n, std::size_t steps) {
+__global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void cast_kernel(const From* src, To* dst, std::size_t n, std::size_t steps) {
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   map_share(dst, src, n, steps, [](From v) { return grad::detail::from_f<To>(grad::detail::to_f(v)); }, tid, stride);
 }
 
 template <class From, class To>
-__global__ __attribute__((visibility("hidden"))) void unpack_kernel(const From* src, To* dst, std::size_t n, std::size_t steps,
+__global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void unpack_kernel(const From* src, To* dst, std::size_t n, std::size_t steps,
                                                                     float factor, unsigned long long* nonfinite) {
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;

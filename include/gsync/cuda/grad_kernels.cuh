@@ -30,7 +30,7 @@ inline constexpr unsigned squares_blocks = 256, squares_threads = 256;
 static_assert(sum_squares_slots == squares_blocks + 1);
 
 template <class T>
-__global__ __attribute__((visibility("hidden"))) void squares_partial(const T* x, std::size_t n, double* partial) {
+__global__ __launch_bounds__(squares_threads) __attribute__((visibility("hidden"))) void squares_partial(const T* x, std::size_t n, double* partial) {
   __shared__ double acc[squares_threads];
   double s = 0;
   for (std::size_t i = blockIdx.x * std::size_t{squares_threads} + threadIdx.x; i < n; i += std::size_t{squares_blocks} * squares_threads) {
@@ -47,7 +47,7 @@ __global__ __attribute__((visibility("hidden"))) void squares_partial(const T* x
 }
 
 template <int = 0>  // a template, so that every file including this header may define it
-__global__ __attribute__((visibility("hidden"))) void squares_final(const double* partial, double* out) {
+__global__ __launch_bounds__(squares_blocks) __attribute__((visibility("hidden"))) void squares_final(const double* partial, double* out) {
   __shared__ double acc[squares_blocks];
   acc[threadIdx.x] = partial[threadIdx.x];
   __syncthreads();
@@ -59,7 +59,7 @@ __global__ __attribute__((visibility("hidden"))) void squares_final(const double
 }
 
 template <class T>
-__global__ __attribute__((visibility("hidden"))) void scale_kernel(T* x, std::size_t n, float factor) {
+__global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void scale_kernel(T* x, std::size_t n, float factor) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += stride)
     x[i] = grad::detail::from_f<T>(grad::detail::to_f(x[i]) * factor);

@@ -35,7 +35,7 @@ __device__ inline bool ipc_cancelled(const std::uint64_t* cancel) {
 }
 
 template <class T>
-__global__ __attribute__((visibility("hidden"))) void ipc_reduce_kernel(ipc_sources src, T* dst, std::size_t n, split_plan s,
+__global__ __launch_bounds__(512) __attribute__((visibility("hidden"))) void ipc_reduce_kernel(ipc_sources src, T* dst, std::size_t n, split_plan s,
                                                                         ipc_op op, const std::uint64_t* cancel) {
   if (ipc_cancelled(cancel)) return;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -44,7 +44,7 @@ __global__ __attribute__((visibility("hidden"))) void ipc_reduce_kernel(ipc_sour
 }
 
 /// dst = src, 16 bytes per thread and step where both are 16-byte aligned, else byte by byte.
-__global__ __attribute__((visibility("hidden"))) void ipc_copy_kernel(unsigned char* dst, const unsigned char* src, std::size_t n,
+__global__ __launch_bounds__(512) __attribute__((visibility("hidden"))) void ipc_copy_kernel(unsigned char* dst, const unsigned char* src, std::size_t n,
                                                                       const std::uint64_t* cancel) {
   if (ipc_cancelled(cancel)) return;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -33,7 +33,7 @@ namespace detail {
 inline constexpr int encode_threads = 256;
 
 template <bool Residual>
-__global__ __attribute__((visibility("hidden"))) void int8_encode_kernel(const float* g, float* r, std::size_t count,
+__global__ __launch_bounds__(encode_threads) __attribute__((visibility("hidden"))) void int8_encode_kernel(const float* g, float* r, std::size_t count,
                                                                          std::size_t block, bool stochastic,
                                                                          grad::counter_rng rng, std::uint64_t first,
                                                                          float* scales, std::int8_t* q) {
@@ -74,7 +74,7 @@ __global__ __attribute__((visibility("hidden"))) void int8_encode_kernel(const f
 }
 
 template <bool Add>
-__global__ __attribute__((visibility("hidden"))) void int8_decode_kernel(const float* scales, const std::int8_t* q,
+__global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void int8_decode_kernel(const float* scales, const std::int8_t* q,
                                                                          std::size_t count, std::size_t block, float* out) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {

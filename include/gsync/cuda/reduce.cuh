@@ -37,7 +37,7 @@ inline constexpr int block_threads = 512;
 
 /// dst = a (op) b, one worker of `reduce_share` (cuda/packs.hpp) per thread.
 template <bool Final, class T, class Op>
-__global__ __attribute__((visibility("hidden"))) void reduce_kernel(T* dst, const T* a, const T* b, std::size_t n,
+__global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void reduce_kernel(T* dst, const T* a, const T* b, std::size_t n,
                                                                     split_plan s, Op op, int world) {
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
