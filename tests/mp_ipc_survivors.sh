@@ -20,7 +20,8 @@ for attempt in 1 2 3; do
   for p in "${pids[1]}" "${pids[2]}"; do wait "$p"; codes+=($?); done
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   cat "${TMPDIR:-/tmp}"/gsync_survivors_$$_*.err
-  rm -f "${TMPDIR:-/tmp}"/gsync_survivors_$$_*.err /dev/shm/gsync-"${pids[1]}"-*
+  for p in "${pids[@]}"; do rm -f /dev/shm/gsync-"$p"-*; done  # the dead rank's (no launcher here)
+  rm -f "${TMPDIR:-/tmp}"/gsync_survivors_$$_*.err
   [ "$taken" = 1 ] && { echo "port $GSYNC_MASTER_PORT was taken; retrying"; continue; }
   break
 done
@@ -40,7 +41,8 @@ for attempt in 1 2 3; do
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   kill -KILL "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
   cat "${TMPDIR:-/tmp}"/gsync_stopped_$$_*.err
-  rm -f "${TMPDIR:-/tmp}"/gsync_stopped_$$_*.err /dev/shm/gsync-"${pids[1]}"-*
+  for p in "${pids[@]}"; do rm -f /dev/shm/gsync-"$p"-*; done  # the stopped rank's, and the others' (they _exit)
+  rm -f "${TMPDIR:-/tmp}"/gsync_stopped_$$_*.err
   [ "$taken" = 1 ] && { echo "port $GSYNC_MASTER_PORT was taken; retrying"; continue; }
   break
 done

@@ -122,6 +122,7 @@ class device_synchronizer {
         if (host_counters_) api_.free_pinned(host_counters_);
         if (norm_) api_.free_device(norm_);
         if (host_norm_) api_.free_pinned(host_norm_);
+        if (host_scratch_) api_.free_pinned(host_scratch_);
       });
     } catch (...) {
       // streams of other communicators stayed held: the memory is leaked rather than a device wait risked
@@ -195,6 +196,7 @@ class device_synchronizer {
     const std::size_t slots = std::max<std::size_t>(1, tensors_.size());
     norm_ = static_cast<double*>(api_.alloc_device(slots * cuda::sum_squares_slots * 8));
     host_norm_ = static_cast<double*>(api_.alloc_pinned(slots * 8));
+    host_scratch_ = static_cast<std::byte*>(api_.alloc_pinned(scratch_bytes));
   }
 
  public:
@@ -386,36 +388,34 @@ class device_synchronizer {
                            pl.count, factor, counters_ + i, compute_);
     }
   }
-  // The report of tensor i with `bad` non-finite values: its first one, read back from the device.
+  // The report of tensor i with `bad` non-finite values: its first one, read back from the device
+  // through the pinned scratch made at build (piece by piece: no allocation here, which would
+  // synchronise the device while other ranks' streams may wait for this one).
   nonfinite_report report(std::size_t i, unsigned long long bad) {
     const tensor_entry& t = tensors_[i];
     nonfinite_report r{plan_.place(i).bucket, i, t.name, static_cast<std::size_t>(bad), 0, 0.0f};
-    const std::size_t bytes = t.ref.count * size_of(t.ref.type);
-    std::byte* host = nullptr;
-    device_synchronizing("device_synchronizer: reading a non-finite gradient", comm_.timeout(),
-                         [&] { host = static_cast<std::byte*>(api_.alloc_pinned(std::max<std::size_t>(bytes, 1))); });
-    auto free_host = [&] {
-      try {
-        device_synchronizing("device_synchronizer: reading a non-finite gradient", comm_.timeout(), [&] { api_.free_pinned(host); });
-      } catch (...) {
-        // leaked rather than a device wait risked
-      }
-    };
-    try {
-      api_.copy_async(host, t.ref.data, bytes, cuda::copy_kind::device_to_host, compute_);
+    const std::size_t esize = size_of(t.ref.type);
+    const std::size_t per = scratch_bytes / esize;
+    const auto* src = static_cast<const std::byte*>(t.ref.data);
+    r.first_index = t.ref.count;
+    for (std::size_t first = 0; first < t.ref.count; first += per) {
+      const std::size_t n = std::min(per, t.ref.count - first);
+      api_.copy_async(host_scratch_, src + first * esize, n * esize, cuda::copy_kind::device_to_host, compute_);
       api_.record(compute_done_, compute_);
       cuda::detail::wait_event(api_, compute_done_, clock::now() + comm_.timeout(), "reading a non-finite gradient");
+      bool found = false;
       gsync::grad::detail::visit_grad_type(t.ref.type, [&](auto v) {
         using T = decltype(v);
-        const T* p = reinterpret_cast<const T*>(host);
-        r.first_index = first_nonfinite(p, t.ref.count);
-        if (r.first_index < t.ref.count) r.first_value = static_cast<float>(p[r.first_index]);
+        const T* p = reinterpret_cast<const T*>(host_scratch_);
+        const std::size_t k = first_nonfinite(p, n);
+        if (k < n) {
+          r.first_index = first + k;
+          r.first_value = static_cast<float>(p[k]);
+          found = true;
+        }
       });
-    } catch (...) {
-      free_host();
-      throw;
+      if (found) break;
     }
-    free_host();
     return r;
   }
 
@@ -437,6 +437,8 @@ class device_synchronizer {
   unsigned long long* host_counters_ = nullptr;  // pinned
   double* norm_ = nullptr;                       // device: sum_squares_slots
   double* host_norm_ = nullptr;                  // pinned
+  static constexpr std::size_t scratch_bytes = 64 << 10;
+  std::byte* host_scratch_ = nullptr;            // pinned: reading non-finite gradients back (report)
   std::size_t next_launch_ = 0;
   std::uint64_t micro_ = 0;
   bool built_ = false;
