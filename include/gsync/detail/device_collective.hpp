@@ -52,6 +52,13 @@ std::shared_ptr<cuda::detail::device_state> device_state_of(communicator<X>& com
   return std::static_pointer_cast<cuda::detail::device_state>(slot);
 }
 
+/// A barrier after device allocations: no rank's stream waits for the others before every rank
+/// has allocated (ranks of one process sharing a device must not allocate under a held stream).
+template <class X>
+void device_barrier(communicator<X>& comm) {
+  launch(comm, "prepare_device", [](communicator<X>& c, op_ticket tk) { barrier_run<algo::automatic>(c, tk); });
+}
+
 /// Makes `comm`'s staging resources and passes a barrier, once per communicator (at its first
 /// device collective, or at prepare_device): no rank closes a gate on a stream before every rank
 /// has allocated, so ranks of one process sharing a device never allocate (which synchronises
@@ -60,7 +67,7 @@ template <class X>
 std::shared_ptr<cuda::detail::device_state> prepared_device_state(communicator<X>& comm) {
   auto st = device_state_of(comm);
   if (!st->collectively_prepared) {
-    launch(comm, "prepare_device", [](communicator<X>& c, op_ticket tk) { barrier_run<algo::automatic>(c, tk); });
+    device_barrier(comm);
     st->collectively_prepared = true;
   }
   return st;

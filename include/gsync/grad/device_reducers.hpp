@@ -47,7 +47,6 @@
 #include "gsync/cuda/grad_api.hpp"
 #include "gsync/cuda/staging.hpp"
 #include "gsync/cuda/stream_holds.hpp"
-#include "gsync/detail/barrier_run.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
 #include "gsync/device_span.hpp"
@@ -241,9 +240,7 @@ class device_compressed_reducer {
                                                          st.dev.reduced = static_cast<std::byte*>(api.alloc_device(all));
                                                        });
       st.dev.api = &api;
-      // No rank's stream waits on this bucket before every rank has allocated (ranks of one
-      // process sharing a device would otherwise allocate while another's stream waits for them).
-      gsync::detail::launch(comm, "prepare_device", [](communicator<X>& c, op_ticket tk) { gsync::detail::barrier_run<algo::automatic>(c, tk); });
+      gsync::detail::device_barrier(comm);  // every rank allocated before any stream waits on this bucket
       if (ef) api.zero_async(st.dev.residual, n * sizeof(float), job.stream);
       api.zero_async(st.dev.sent, all, job.stream);
       api.zero_async(st.dev.reduced, all, job.stream);
