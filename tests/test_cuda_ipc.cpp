@@ -64,15 +64,52 @@ TEST_CASE("CUDA IPC plan: arena size, chunks and two-shot slices cover every ele
       }
 }
 
-TEST_CASE("CUDA IPC plan: schedule choice, forced names and unknown names") {
-  CHECK(ipc::choose(256 << 20, 2, "") == ipc::schedule::one_shot);  // two ranks: one-shot always
-  CHECK(ipc::choose(1024, 4, "") == ipc::schedule::one_shot);
-  CHECK(ipc::choose(64 << 20, 4, "") == ipc::schedule::two_shot);
-  CHECK(ipc::choose(400 << 10, 8, "auto") == ipc::schedule::two_shot);
-  CHECK(ipc::choose(400 << 10, 4, "auto") == ipc::schedule::one_shot);
-  CHECK(ipc::choose(8, 4, "twoshot") == ipc::schedule::two_shot);
-  CHECK(ipc::choose(1 << 30, 8, "oneshot") == ipc::schedule::one_shot);
-  CHECK_THROWS_AS(ipc::choose(8, 4, "ring"), gsync::error);
+TEST_CASE("device allreduce algorithms: the model's choice, GSYNC_CUDA_IPC_ALGO, reasons and names") {
+  namespace algo = gsync::algo;
+  using reg = algo::device_allreduce_registry;
+  const algo::ipc_cost_model m;  // 8 MiB slots
+  auto pick = [&](std::size_t bytes, int n, const char* forced = "") { return algo::choose_device_allreduce(bytes, n, 1, m, forced); };
+  CHECK(pick(256 << 20, 2).id == reg::id_of<algo::one_shot>());  // two GPUs: two-shot reads as much and waits twice
+  CHECK(pick(1024, 4).id == reg::id_of<algo::one_shot>());
+  CHECK(pick(64 << 20, 4).id == reg::id_of<algo::two_shot>());
+  CHECK(pick(400 << 10, 8).id == reg::id_of<algo::two_shot>());
+  CHECK(pick(400 << 10, 4).id == reg::id_of<algo::one_shot>());
+  CHECK(pick(1, 1).id == reg::id_of<algo::one_shot>());
+  // The crossover follows the model: one-shot while a round costs more than the reads it saves.
+  for (int n = 3; n <= 8; ++n) {
+    CAPTURE(n);
+    const double cross = m.step_us * m.read_gbps * 1e3 * n / ((n - 1) * (n - 2));  // bytes where both estimates meet (one chunk)
+    if (cross < static_cast<double>(m.slot_bytes)) {
+      CHECK(pick(static_cast<std::size_t>(cross * 0.9), n).id == reg::id_of<algo::one_shot>());
+      CHECK(pick(static_cast<std::size_t>(cross * 1.1), n).id == reg::id_of<algo::two_shot>());
+    }
+  }
+  const auto c = pick(1 << 20, 4);
+  CHECK(c.runner_up.has_value());
+  CHECK(c.cost_us < c.runner_up_us);
+  CHECK(c.reason().find("cheapest by the device model") != std::string::npos);
+  CHECK(c.reason().find("one_shot") != std::string::npos);  // names the runner-up
+  CHECK(pick(8, 4, "twoshot").id == reg::id_of<algo::two_shot>());
+  CHECK(pick(1 << 30, 8, "oneshot").id == reg::id_of<algo::one_shot>());
+  CHECK(pick(8, 4, "twoshot").reason().find("forced by GSYNC_CUDA_IPC_ALGO=twoshot") != std::string::npos);
+  CHECK_THROWS_AS(pick(8, 4, "ring"), gsync::error);
+  // Several hosts: the hierarchical form, the only device algorithm there.
+  const auto h = algo::choose_device_allreduce(1 << 20, 4, 2, m, "");
+  CHECK(h.id == reg::id_of<algo::hierarchical_ipc>());
+  CHECK(h.cost_us > 0);
+  CHECK(h.reason().find("the only device algorithm") != std::string::npos);
+  // Names: the registry's, their aliases, and what the host parser says of them.
+  CHECK(reg::find("one_shot") == reg::id_of<algo::one_shot>());
+  CHECK(reg::find("oneshot") == reg::id_of<algo::one_shot>());
+  CHECK(reg::find("two-shot") == reg::id_of<algo::two_shot>());
+  CHECK(reg::find("hier_ipc") == reg::id_of<algo::hierarchical_ipc>());
+  CHECK(!reg::find("ring"));
+  CHECK_THROWS_WITH_AS(algo::parse_allreduce("two_shot", "gsync-perf -a"), doctest::Contains("device buffers"), gsync::error);
+  CHECK_THROWS_WITH_AS(algo::parse_allreduce("threeshot", "GSYNC_ALGO"), doctest::Contains("one_shot, two_shot, hierarchical_ipc"),
+                       gsync::error);
+  // A device name in GSYNC_ALGO leaves the host choice automatic.
+  const auto host = algo::choose_allreduce(1 << 20, 4, gsync::link_costs{}, "one_shot");
+  CHECK(host.reason().find("forced") == std::string::npos);
   gsync_test::scoped_env e("GSYNC_CUDA_IPC_ALGO", "fastest");
   CHECK_THROWS_AS(gsync::config::from_env(), gsync::error);
 }
@@ -365,6 +402,128 @@ TEST_CASE("device collectives over CUDA IPC: host staging where the IPC path doe
     });
     CHECK(fk.ipc.calls.load() == 0);
     CHECK(fk.api.d2h_bytes.load() > 0);
+  }
+}
+
+// The device algorithms of the registry (algo/cuda_ipc.hpp), forced as users force host ones.
+TEST_CASE("device allreduce algorithms: one_shot, two_shot forced by template argument or GSYNC_ALGO, refused where they cannot run") {
+  namespace algo = gsync::algo;
+  SUBCASE("forced by the template argument: right results over CUDA IPC, and the ranks really run what they were told") {
+    fake_cuda_scope fk(true);
+    gsync_test::run_inproc(3, [&](auto& comm, auto&) {
+      const std::size_t count = 40000;  // 3 chunks of the 64 KiB slots
+      std::vector<float> a(count), b(count), out(count);
+      gsync::cuda_stream s = fk.api.create_stream();
+      fk.api.launch(s, [&] {
+        for (std::size_t i = 0; i < count; ++i) a[i] = b[i] = gsync_test::input<float, gsync::op::sum>(comm.rank(), i);
+      });
+      gsync::allreduce<algo::one_shot>(comm, gsync::device_span<float>{a.data(), count}, gsync::op::sum{}, s);
+      gsync::allreduce<algo::two_shot>(comm, gsync::device_span<const float>{b.data(), count}, gsync::device_span<float>{out.data(), count},
+                                       gsync::op::max{}, s);
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < count; ++i) off += !gsync_test::check_element<float, gsync::op::sum>(a[i], 3, i);
+      CHECK(off == 0);
+      for (std::size_t i = 0; i < count; i += 997) {
+        float want = b[i];
+        for (int q = 0; q < 3; ++q) want = std::max(want, gsync_test::input<float, gsync::op::sum>(q, i));
+        CHECK(out[i] == want);
+      }
+    }, ipc_config(64 << 10, ""));
+    CHECK(fk.ipc.calls.load() > 0);
+    CHECK(fk.api.d2h_bytes.load() == 0);
+  }
+  SUBCASE("ranks forced to different schedules: a mismatch on every rank, not a wrong result") {
+    fake_cuda_scope fk(true);
+    std::vector<std::optional<gsync::errc>> got(2);
+    gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+      std::vector<float> v(1000, 1.0f);
+      gsync::cuda_stream s = fk.api.create_stream();
+      try {
+        if (comm.rank() == 0) gsync::allreduce<algo::one_shot>(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+        else gsync::allreduce<algo::two_shot>(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+        gsync::barrier(comm);
+      } catch (const gsync::error& e) {
+        got[static_cast<std::size_t>(comm.rank())] = e.kind();
+      }
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+    }, ipc_config(64 << 10, ""));
+    CHECK(got[0] == gsync::errc::mismatch);
+    CHECK(got[1] == gsync::errc::mismatch);
+  }
+  SUBCASE("GSYNC_ALGO=two_shot forces device allreduces, and host allreduces keep their own choice") {
+    fake_cuda_scope fk(true);
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.algo = "two_shot";
+    gsync_test::run_inproc(4, [&](auto& comm, auto&) {
+      std::vector<double> h(100, 1.0);
+      gsync::allreduce(comm, std::span<double>{h});
+      CHECK(h[99] == 4.0);
+    }, cfg);
+    ipc_allreduce_case<float, gsync::op::avg>(fk.api, 4, 5000, false, cfg);
+    CHECK(fk.ipc.calls.load() > 0);
+    CHECK(fk.api.d2h_bytes.load() == 0);
+  }
+  SUBCASE("GSYNC_ALGO=ring and allreduce<ring> on device buffers run the ring on host staging") {
+    fake_cuda_scope fk(true);
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.algo = "ring";
+    ipc_allreduce_case<float, gsync::op::sum>(fk.api, 3, 5000, false, cfg);
+    CHECK(fk.ipc.calls.load() == 0);
+    CHECK(fk.api.d2h_bytes.load() > 0);
+  }
+  auto refused = [](gsync::config cfg, auto call) {
+    fake_cuda_scope fk(true);
+    std::vector<std::string> why(2);
+    gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+      std::vector<float> v(100, 1.0f);
+      gsync::cuda_stream s = fk.api.create_stream();
+      try {
+        call(comm, gsync::device_span<float>{v.data(), v.size()}, s);
+      } catch (const gsync::error& e) {
+        if (e.kind() == gsync::errc::invalid_argument) why[static_cast<std::size_t>(comm.rank())] = e.what();
+      }
+      gsync::barrier(comm);  // the communicator still works
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      CHECK(v[0] == 1.0f);  // untouched
+    }, cfg);
+    CHECK(why[0] == why[1]);
+    return why[0];
+  };
+  SUBCASE("refused: CUDA IPC disabled") {
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.cuda_ipc.enabled = false;
+    const std::string w = refused(cfg, [](auto& comm, auto d, auto s) { gsync::allreduce<algo::one_shot>(comm, d, gsync::op::sum{}, s); });
+    CHECK(w.find("one_shot (forced by allreduce<algo::one_shot>) cannot run") != std::string::npos);
+    CHECK(w.find("GSYNC_CUDA_IPC_DISABLE") != std::string::npos);
+  }
+  SUBCASE("refused: GSYNC_ALGO=one_shot with IPC disabled") {
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.cuda_ipc.enabled = false;
+    cfg.algo = "oneshot";
+    const std::string w = refused(cfg, [](auto& comm, auto d, auto s) { gsync::allreduce(comm, d, gsync::op::sum{}, s); });
+    CHECK(w.find("forced by GSYNC_ALGO=oneshot") != std::string::npos);
+  }
+  SUBCASE("refused: a user operator") {
+    const std::string w = refused(ipc_config(64 << 10, ""), [](auto& comm, auto d, auto s) { gsync::allreduce<algo::two_shot>(comm, d, absmax{}, s); });
+    CHECK(w.find("user operator (absmax") != std::string::npos);
+  }
+  SUBCASE("refused: the hierarchical form on one host") {
+    const std::string w =
+        refused(ipc_config(64 << 10, ""), [](auto& comm, auto d, auto s) { gsync::allreduce<algo::hierarchical_ipc>(comm, d, gsync::op::sum{}, s); });
+    CHECK(w.find("every rank is on one host") != std::string::npos);
+  }
+  SUBCASE("refused: a device algorithm on host memory") {
+    gsync_test::run_inproc(2, [&](auto& comm, auto&) {
+      std::vector<float> v(10, 1.0f);
+      CHECK_THROWS_WITH_AS(gsync::allreduce<algo::one_shot>(comm, std::span<float>{v}), doctest::Contains("device buffers"), gsync::error);
+      CHECK_THROWS_AS((void)gsync::allreduce_async<algo::two_shot>(comm, std::span<float>{v}), gsync::error);
+      gsync::allreduce(comm, std::span<float>{v});
+      CHECK(v[0] == 2.0f);
+    });
   }
 }
 

@@ -193,6 +193,30 @@ TEST_CASE("hierarchical device allreduce: the other device collectives of such a
   });
 }
 
+TEST_CASE("hierarchical device allreduce: forced as algo::hierarchical_ipc, with one_shot and two_shot refused across hosts") {
+  fake_cuda_scope fk(true);
+  gsync_test::run_mixed(4, 2, [&](auto& comm, auto&) {
+    const int r = comm.rank();
+    std::vector<float> v(70000, 1.0f + static_cast<float>(r)), w(100, 1.0f);
+    gsync::cuda_stream s = fk.api.create_stream();
+    gsync::allreduce<gsync::algo::hierarchical_ipc>(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+    std::string why;
+    try {
+      gsync::allreduce<gsync::algo::one_shot>(comm, gsync::device_span<float>{w.data(), w.size()}, gsync::op::sum{}, s);
+    } catch (const gsync::error& e) {
+      CHECK(e.kind() == gsync::errc::invalid_argument);
+      why = e.what();
+    }
+    CHECK(why.find("the ranks span 2 hosts") != std::string::npos);
+    fk.api.synchronize(s);
+    fk.api.destroy_stream(s);
+    CHECK(v[0] == 10.0f);
+    CHECK(v[69999] == 10.0f);
+    CHECK(w[0] == 1.0f);
+  }, hier_config(64 << 10));
+  CHECK(fk.ipc.calls.load() > 0);
+}
+
 TEST_CASE("hierarchical device allreduce: a rank that never comes fails every other rank, naming it, without a hang") {
   fake_cuda_scope fk(true);
   gsync::config cfg = hier_config(64 << 10);

@@ -9,11 +9,13 @@
 // bit for bit with the host path on the same inputs and with the double-precision reference.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -147,6 +149,23 @@ TEST_CASE("device allreduce: the request of the async form finishes once the res
   });
 }
 
+namespace {
+/// Blocks in the first call on any thread (until the test lets go, or 8 s): a user operator that
+/// never returns, as far as one engine can tell.
+struct stalls_once {
+  static constexpr std::string_view name = "stalls_once";
+  static std::atomic<bool>& claimed() { static std::atomic<bool> c{false}; return c; }
+  static std::atomic<bool>& go() { static std::atomic<bool> g{false}; return g; }
+  float operator()(float a, float b) const {
+    if (!claimed().exchange(true)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+      while (!go().load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return a + b;
+  }
+};
+}  // namespace
+
 TEST_CASE("device allreduce: a failure after the call releases the stream and breaks the communicator") {
   fake_cuda_scope fk;
   SUBCASE("a peer that never joins: the operation times out, the stream goes on, the next call throws") {
@@ -166,6 +185,38 @@ TEST_CASE("device allreduce: a failure after the call releases the stream and br
           sync.bar.arrive_and_wait();
         },
         gsync_test::with_timeout(std::chrono::milliseconds(300)));
+  }
+  SUBCASE("a user operator that never returns: the watchdog releases the stream after the timeout and breaks the communicator") {
+    // The first engine to call the operator blocks in it: that engine can neither finish nor fail
+    // the operation, so only the gate watchdog opens the gate.
+    std::vector<std::string> why(2);
+    std::vector<double> held_s(2);
+    gsync_test::run_inproc(
+        2,
+        [&](auto& comm, auto& sync) {
+          gsync::prepare_device(comm);
+          std::vector<float> dev(1000, 1.0f);
+          gsync::cuda_stream s = fk.api.create_stream();
+          const auto t0 = std::chrono::steady_clock::now();
+          gsync::allreduce(comm, gsync::device_span<float>{dev.data(), dev.size()}, stalls_once{}, s);
+          fk.api.synchronize(s);  // returns by the timeout plus the watchdog's margin on the rank whose engine is stuck
+          held_s[static_cast<std::size_t>(comm.rank())] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          fk.api.destroy_stream(s);
+          std::vector<float> h(4);
+          try {
+            gsync::allreduce(comm, std::span<float>(h), gsync::op::sum{});
+          } catch (const gsync::error& e) {
+            if (e.code() == gsync::errc::timeout) why[static_cast<std::size_t>(comm.rank())] = e.what();
+          }
+          sync.bar.arrive_and_wait();
+          stalls_once::go() = true;  // the stuck engine goes on, finds its results abandoned, and stops
+        },
+        gsync_test::with_timeout(std::chrono::milliseconds(1000)));
+    CHECK(stalls_once::claimed().load());
+    CHECK(held_s[0] < 4.5);  // 1 s timeout + 1.25 s margin + polling; without the watchdog: 8 s
+    CHECK(held_s[1] < 4.5);
+    const bool named = why[0].find("made no progress") != std::string::npos || why[1].find("made no progress") != std::string::npos;
+    CHECK(named);
   }
   SUBCASE("a CUDA error in a copy: the stream goes on, the error names CUDA, later queued work is dropped and released") {
     fk.api.fail_copy_from = 1;

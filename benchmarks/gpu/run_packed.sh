@@ -37,8 +37,8 @@ R=$B/gsyncrun
 t kernels 60 "$B/gsync_cuda_kernels"
 t device_sync 60 "$B/gsync_cuda_device_sync"
 t device_collectives 90 "$B/gsync_cuda_device_collectives"
-for n in 2 4 1; do for a in oneshot twoshot; do
-  t ipc_${a}_$n 45 env GSYNC_DEBUG=INFO GSYNC_CUDA_IPC_BUFFER=1M GSYNC_CUDA_IPC_ALGO=$a "$R" -n $n -- "$B/gsync_cuda_ipc_collectives"
+for n in 2 4 1; do for a in one_shot two_shot; do
+  t ipc_${a}_$n 45 env GSYNC_DEBUG=INFO GSYNC_CUDA_IPC_BUFFER=1M GSYNC_ALGO=$a "$R" -n $n -- "$B/gsync_cuda_ipc_collectives"
 done; done
 for n in 2 4; do t device_collectives_mp_$n 60 env GSYNC_CUDA_STAGING_BYTES=1M "$R" -n $n -- "$B/gsync_cuda_device_collectives"; done
 t bench_ipc_2 120 env GSYNC_TIMEOUT_S=120 "$R" -n 2 -- "$B/gsync-gpu-ipc-bench" 256

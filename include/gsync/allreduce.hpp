@@ -38,6 +38,7 @@
 #include "gsync/core/request.hpp"
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
+#include "gsync/detail/ipc_allreduce.hpp"
 #include "gsync/detail/ipc_collective.hpp"
 #include "gsync/detail/ipc_hierarchical.hpp"
 #include "gsync/device_span.hpp"
@@ -48,9 +49,20 @@ namespace detail {
 
 template <class Algo, class Space = host_memory, class X, class T, class Op>
 void run_allreduce(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t count, const Op& op) {
-  id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives<Space>(comm, id, in, out, count, op);
-  Algo::allreduce(p);
+  if constexpr (!algo::device_allreduce_algorithm<Algo>) {  // those are refused before (check_host_algorithm)
+    id.fp.algo = algo_code_of<Algo>();
+    auto p = make_primitives<Space>(comm, id, in, out, count, op);
+    Algo::allreduce(p);
+  }
+}
+
+/// Refuses a device algorithm (algo/cuda_ipc.hpp) for an allreduce of host memory.
+template <class Algo>
+void check_host_algorithm() {
+  if constexpr (algo::device_allreduce_algorithm<Algo>)
+    throw error(errc::invalid_argument, "allreduce<algo::" + std::string(Algo::name) +
+                                            ">: runs on device buffers over CUDA IPC (device_span); host memory runs " +
+                                            algo::allreduce_names());
 }
 
 /// Runs allreduce ticket `tk` (numbered at issue by comm.next_op()) on `comm`.
@@ -85,12 +97,14 @@ void allreduce_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std
 /// Numbers an allreduce and runs it: inline, or queued behind pending asynchronous operations.
 template <class Algo, class Space = host_memory, class X, class T, class Op>
 void allreduce_impl(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
+  check_host_algorithm<Algo>();
   launch(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo, Space>(c, tk, in, out, count, op); });
 }
 
 /// Numbers an allreduce and queues it on the progress engine.
 template <class Algo, class Space = host_memory, class X, class T, class Op>
 request allreduce_issue(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op) {
+  check_host_algorithm<Algo>();
   return launch_async(comm, "allreduce", [=](communicator<X>& c, op_ticket tk) { allreduce_run<Algo, Space>(c, tk, in, out, count, op); });
 }
 
@@ -106,28 +120,43 @@ void check_allreduce(std::span<const T> in, std::span<T> out) {
     throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
 }
 
-/// Launches an allreduce of device buffers on stream `s` (in == out: in place): the host schedule
-/// in place on one mirror, filled from `in` and copied back to `out`.
+/// Launches an allreduce of device buffers on stream `s` (in == out: in place): over CUDA IPC
+/// (detail/ipc_allreduce.hpp says which algorithm), or the host schedule in place on one pinned
+/// mirror, filled from `in` and copied back to `out`.
 template <class Algo, class X, class T, class Op>
 request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s) {
-  if constexpr (ipc_eligible<Algo, T, Op>) {
-    if (auto st = ipc_state_of(comm); st && st->group) {
-      if (st->across_hosts) return hierarchical_allreduce_device(comm, std::move(st), in, out, count, op, s);
-      cuda::ipc::group* g = st->group.get();
-      const auto sch = cuda::ipc::choose(count * sizeof(T), comm.size(), comm.settings().cuda_ipc.algo);
-      ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()), std::string(cuda::ipc::name(sch)));
-      return ipc_launch(comm, std::move(st), "allreduce", s, [&](std::chrono::milliseconds limit) {
-        return cuda::ipc::allreduce(*g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, *cuda::ipc_op_of<Op>(), sch, s, limit);
-      });
+  if constexpr (algo::device_allreduce_algorithm<Algo>) {
+    return forced_ipc_allreduce<Algo>(comm, in, out, count, op, s, "allreduce<algo::" + std::string(Algo::name) + ">");
+  } else {
+    if constexpr (std::is_same_v<Algo, algo::automatic>) {
+      const std::string& forced = comm.settings().algo;
+      if (const auto d = algo::parse_device_allreduce(forced))
+        return algo::device_allreduce_registry::visit(
+            *d, [&](auto a) { return forced_ipc_allreduce<decltype(a)>(comm, in, out, count, op, s, "GSYNC_ALGO=" + forced); });
+      if (forced.empty() || forced == "auto" || forced == "automatic") {
+        if constexpr (ipc_eligible<Algo, T, Op>) {
+          auto st = ipc_state_of(comm);
+          if (st && st->group) return automatic_ipc_allreduce(comm, std::move(st), in, out, count, op, s);
+          if (st) log_staged_allreduce<T>(comm, count, op_name<Op>(), st->refusal);
+        } else {
+          log_staged_allreduce<T>(comm, count, op_name<Op>(), "the CUDA IPC kernels have no " +
+                                                                  (ipc_element<T> ? "user operator (" + std::string(op_name<Op>()) + ")"
+                                                                                  : "element type " + std::string(name(dtype_of<T>))));
+        }
+      } else {
+        log_staged_allreduce<T>(comm, count, op_name<Op>(), "GSYNC_ALGO=" + forced + " names a host algorithm");
+      }
+    } else {
+      log_staged_allreduce<T>(comm, count, op_name<Op>(), "allreduce<algo::" + std::string(Algo::name) + "> is a host algorithm");
     }
+    cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, true), true};
+    plan.cut(comm.settings().cuda_staging_bytes);
+    return staged_launch(comm, "allreduce", s, plan, [&] {
+      return [op, plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& c, std::size_t w, std::byte* m, std::byte*) {
+        allreduce_run<Algo, staged_memory>(c, tk[w], mirror_as<T>(m), mirror_as<T>(m), plan.in.elems_of(w), op);
+      };
+    });
   }
-  cuda::detail::staged_plan plan{staged(in, 1, count, true, false), staged(out, 1, count, false, true), true};
-  plan.cut(comm.settings().cuda_staging_bytes);
-  return staged_launch(comm, "allreduce", s, plan, [&] {
-    return [op, plan, tk = collective_tickets(comm, plan.windows)](communicator<X>& c, std::size_t w, std::byte* m, std::byte*) {
-      allreduce_run<Algo, staged_memory>(c, tk[w], mirror_as<T>(m), mirror_as<T>(m), plan.in.elems_of(w), op);
-    };
-  });
 }
 
 }  // namespace detail

@@ -4,7 +4,8 @@
 // (float32 sum, bfloat16 avg, int32 max, float64 prod), reduce_scatter, allgather, broadcast,
 // reduce and alltoall against the double-precision reference, at sizes of one element, one chunk and several
 // chunks of the arena slot; and that every rank holds the same bits. The schedule is chosen by
-// GSYNC_CUDA_IPC_ALGO (the ctest entries run one-shot and two-shot). Exit 77 without a device.
+// GSYNC_ALGO (the ctest entries run one_shot and two_shot), and forced by the template argument
+// (allreduce<algo::one_shot>, allreduce<algo::two_shot>) in a second pass. Exit 77 without a device.
 
 #include <cuda_runtime_api.h>
 
@@ -37,15 +38,15 @@ struct dev_buf {
   }
 };
 
-template <class T, class Op>
+template <class T, class Op, class Algo = gsync::algo::automatic>
 int check_allreduce(gsync::tcp_communicator& comm, cudaStream_t s, std::size_t count, bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<T> in(count);
   for (std::size_t i = 0; i < count; ++i) in[i] = gsync_test::input<T, Op>(r, i);
   dev_buf<T> a(count), b(count);
   a.put(in);
-  if (in_place) gsync::allreduce(comm, gsync::device_span<T>{a.p, count}, Op{}, s);
-  else gsync::allreduce(comm, gsync::device_span<const T>{a.p, count}, gsync::device_span<T>{b.p, count}, Op{}, s);
+  if (in_place) gsync::allreduce<Algo>(comm, gsync::device_span<T>{a.p, count}, Op{}, s);
+  else gsync::allreduce<Algo>(comm, gsync::device_span<const T>{a.p, count}, gsync::device_span<T>{b.p, count}, Op{}, s);
   ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   const std::vector<T> out = in_place ? a.get() : b.get();
   int wrong = 0;
@@ -55,8 +56,8 @@ int check_allreduce(gsync::tcp_communicator& comm, cudaStream_t s, std::size_t c
   gsync::broadcast(comm, std::span<T>(first), 0);
   wrong += std::memcmp(first.data(), out.data(), count * sizeof(T)) != 0;
   if (wrong)
-    std::fprintf(stderr, "rank %d: allreduce %s %s count %zu%s: %d wrong\n", r, std::string(gsync::name(gsync::dtype_of<T>)).c_str(),
-                 std::string(Op::name).c_str(), count, in_place ? " in place" : "", wrong);
+    std::fprintf(stderr, "rank %d: allreduce<%s> %s %s count %zu%s: %d wrong\n", r, std::string(Algo::name).c_str(),
+                 std::string(gsync::name(gsync::dtype_of<T>)).c_str(), std::string(Op::name).c_str(), count, in_place ? " in place" : "", wrong);
   return wrong;
 }
 
@@ -129,6 +130,9 @@ int main() {
       wrong += check_allreduce<std::int32_t, gsync::op::max>(comm, s, count, false);
       wrong += check_allreduce<double, gsync::op::prod>(comm, s, count, true);
       wrong += check_others(comm, s, count);
+      // the registry's device algorithms, forced as a user forces them (pinned API)
+      wrong += check_allreduce<float, gsync::op::sum, gsync::algo::one_shot>(comm, s, count, true);
+      wrong += check_allreduce<float, gsync::op::avg, gsync::algo::two_shot>(comm, s, count, false);
     }
     ok(cudaStreamDestroy(s), "cudaStreamDestroy");
     std::printf("rank %d/%d: %s\n", comm.rank(), comm.size(), wrong ? "FAILED" : "all results correct over CUDA IPC");

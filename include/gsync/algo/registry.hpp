@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "gsync/algo/binomial_tree.hpp"
+#include "gsync/algo/cuda_ipc.hpp"
 #include "gsync/algo/direct.hpp"
 #include "gsync/algo/dissemination.hpp"
 #include "gsync/algo/halving_doubling.hpp"
@@ -190,6 +191,15 @@ using allreduce_id = allreduce_registry::id;
 template <class A>
 inline constexpr allreduce_id allreduce_id_of = allreduce_registry::id_of<A>();
 
+/// The allreduce algorithms of device buffers over CUDA IPC (algo/cuda_ipc.hpp): forceable like
+/// the host ones (template argument, GSYNC_ALGO), chosen among by their models where the GPUs of
+/// the communicator formed a CUDA IPC group. A device allreduce forced to a host algorithm (or one
+/// that CUDA IPC cannot serve) runs that host schedule on pinned copies (host staging).
+using device_allreduce_registry = registry<one_shot, two_shot, hierarchical_ipc>;
+
+/// The runtime identity of a device allreduce algorithm.
+using device_allreduce_id = device_allreduce_registry::id;
+
 /// Every algorithm of broadcast, reduce, reduce_scatter, allgather and alltoall, in the order
 /// their names are listed; which collectives each serves is read from the schedules it has.
 /// The entry for a new algorithm goes here.
@@ -210,5 +220,13 @@ constexpr bool all_modelled(registry<A...>*) noexcept {
 }  // namespace detail
 static_assert(detail::all_modelled(static_cast<allreduce_registry*>(nullptr)),
               "every registered allreduce algorithm carries its model (allreduce_algorithm_model)");
+namespace detail {
+template <class... A>
+constexpr bool all_device_modelled(registry<A...>*) noexcept {
+  return (device_allreduce_algorithm<A> && ...);
+}
+}  // namespace detail
+static_assert(detail::all_device_modelled(static_cast<device_allreduce_registry*>(nullptr)),
+              "every registered device allreduce algorithm carries its model (device_allreduce_algorithm)");
 
 }  // namespace gsync::algo

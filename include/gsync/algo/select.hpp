@@ -60,13 +60,28 @@ inline std::string allreduce_names() {
   return r;
 }
 
-/// Parses an algorithm name or alias (nullopt for auto); throws invalid_argument listing the valid
-/// names. Aliases: rd (recursive_doubling), hd and rabenseifner (halving_doubling), hier.
+/// Names of the device allreduce algorithms (algo/cuda_ipc.hpp), comma-separated.
+inline std::string device_allreduce_names() {
+  std::string r;
+  device_allreduce_registry::for_each([&](auto a, device_allreduce_id) { (r += r.empty() ? "" : ", ") += decltype(a)::name; });
+  return r;
+}
+
+/// The device allreduce algorithm named `s` (name or alias), if it names one. GSYNC_ALGO set to
+/// one of these applies to allreduces of device buffers; host allreduces then choose themselves.
+inline std::optional<device_allreduce_id> parse_device_allreduce(std::string_view s) noexcept { return device_allreduce_registry::find(s); }
+
+/// Parses a host algorithm name or alias (nullopt for auto); throws invalid_argument listing the
+/// valid names, and saying so when `s` names a device algorithm. Aliases: rd
+/// (recursive_doubling), hd and rabenseifner (halving_doubling), hier.
 inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::string_view where) {
   if (s.empty() || s == "auto" || s == "automatic") return std::nullopt;
   if (auto id = allreduce_registry::find(s)) return id;
-  throw error(errc::invalid_argument, std::string(where) + ": unknown allreduce algorithm '" + std::string(s) +
-                                          "' (valid: " + allreduce_names() + ")");
+  if (parse_device_allreduce(s))
+    throw error(errc::invalid_argument, std::string(where) + ": '" + std::string(s) +
+                                            "' is an allreduce of device buffers over CUDA IPC; host memory runs " + allreduce_names());
+  throw error(errc::invalid_argument, std::string(where) + ": unknown allreduce algorithm '" + std::string(s) + "' (valid: " +
+                                          allreduce_names() + "; on device buffers also " + device_allreduce_names() + ")");
 }
 
 /// The model of the links inside the hosts of a job placed as `topo`, whose ranks of one host
@@ -271,7 +286,7 @@ inline std::optional<allreduce_id> cores_shared_table(std::size_t bytes, int wor
 }
 
 /// Chooses the allreduce algorithm for `bytes` over `world` ranks whose links inside a host cost
-/// `local` (the transport's, `local_costs_of`), honouring `forced` (from GSYNC_ALGO): the
+/// `local` (the transport's, `local_costs_of`), honouring `forced` (from GSYNC_ALGO; a device algorithm's name counts as automatic here): the
 /// cheapest registered algorithm (algo/registry.hpp) by its estimate with `local.model`.
 /// Allocation-free (one closed-form estimate per algorithm). On one machine whose ranks outnumber
 /// its cores, over links that share memory, the model is `shared_memory_cores_shared` and
@@ -285,6 +300,7 @@ inline std::optional<allreduce_id> cores_shared_table(std::size_t bytes, int wor
 /// segments and the hierarchical schedule's slice count as the schedules will run them.
 inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& local, std::string_view forced,
                                const topology* topo = nullptr, const cost_model* net = nullptr, std::size_t segment_bytes = 0) {
+  if (parse_device_allreduce(forced)) forced = {};  // GSYNC_ALGO forces device buffers only
   choice c{allreduce_id_of<ring>, bytes, world, local.name, forced};
   c.model_declared = local.declared;
   if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return c.id = *f, c;
@@ -321,6 +337,78 @@ inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& l
       c.id = *t, c.cost_us = estimate_us(*t, bytes, world, m), c.measured = row;
     }
   }
+  return c;
+}
+
+}  // namespace gsync::algo
+
+namespace gsync::algo {
+
+/// A choice among the device allreduce algorithms (algo/cuda_ipc.hpp), with what it was made from.
+struct device_choice {
+  device_allreduce_id id;            ///< the algorithm chosen
+  std::size_t bytes;                 ///< message size
+  int gpus;                          ///< GPUs in the CUDA IPC group (per host when `hosts` > 1)
+  int hosts;                         ///< hosts
+  std::string_view forced;           ///< the setting that forced it ("GSYNC_CUDA_IPC_ALGO=..."), empty when chosen
+  double cost_us = 0;                ///< estimated time of `id`
+  std::optional<device_allreduce_id> runner_up;  ///< the other candidate, if there was one
+  double runner_up_us = 0;           ///< its estimated time
+
+  /// Why `id` was chosen, in words.
+  std::string reason() const {
+    const auto us = [](double v) {
+      std::string t = std::to_string(v);
+      return t.substr(0, t.find('.') + 2) + " us";
+    };
+    std::string r = std::to_string(bytes) + " B on " + std::to_string(gpus) + " GPUs" +
+                    (hosts > 1 ? " per host, " + std::to_string(hosts) + " hosts" : std::string()) + " over CUDA IPC: ";
+    if (!forced.empty()) return r + "forced by " + std::string(forced);
+    if (!runner_up) return r + "the only device algorithm for this placement, estimated " + us(cost_us);
+    return r + "cheapest by the device model (assumed constants, algo/cuda_ipc.hpp), estimated " + us(cost_us) + " against " +
+           us(runner_up_us) + " for " + std::string(device_allreduce_registry::name(*runner_up)) + " (" +
+           std::string(device_allreduce_registry::visit(id, [](auto a) { return std::string_view(decltype(a)::device_why); })) + ")";
+  }
+};
+
+/// Chooses the device allreduce algorithm for `bytes` where the GPUs formed CUDA IPC groups of
+/// `gpus` GPUs on each of `hosts` hosts: across hosts the hierarchical form (the only one), on
+/// one host the cheaper of one_shot and two_shot by `m` (ties go to one_shot), unless
+/// `ipc_schedule` (GSYNC_CUDA_IPC_ALGO: "", "auto", "oneshot", "twoshot") forces one; `network`
+/// prices the level across hosts. Throws invalid_argument on another GSYNC_CUDA_IPC_ALGO value.
+inline device_choice choose_device_allreduce(std::size_t bytes, int gpus, int hosts, const ipc_cost_model& m,
+                                             std::string_view ipc_schedule, const cost_model& network = cost_model::network()) {
+  device_choice c{device_allreduce_registry::id_of<one_shot>(), bytes, gpus, hosts, {}};
+  if (hosts > 1) {
+    c.id = device_allreduce_registry::id_of<hierarchical_ipc>();
+    c.cost_us = hierarchical_ipc::device_hosts_us(bytes, hosts, gpus, m, network);
+    return c;
+  }
+  if (!ipc_schedule.empty() && ipc_schedule != "auto") {
+    if (ipc_schedule == "oneshot" || ipc_schedule == "one-shot") c.forced = "GSYNC_CUDA_IPC_ALGO=oneshot";
+    else if (ipc_schedule == "twoshot" || ipc_schedule == "two-shot")
+      c.forced = "GSYNC_CUDA_IPC_ALGO=twoshot", c.id = device_allreduce_registry::id_of<two_shot>();
+    else
+      throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_ALGO='" + std::string(ipc_schedule) + "' is not one of auto, oneshot, twoshot");
+    c.cost_us = device_allreduce_registry::visit(c.id, [&](auto a) {
+      if constexpr (decltype(a)::across_hosts_only) return 0.0;
+      else return decltype(a)::device_us(bytes, gpus, m);
+    });
+    return c;
+  }
+  bool have = false;
+  device_allreduce_registry::for_each([&](auto a, device_allreduce_id id) {
+    using A = decltype(a);
+    if constexpr (!A::across_hosts_only) {
+      const double t = A::device_us(bytes, gpus, m);
+      if (!have || t < c.cost_us) {
+        if (have) c.runner_up = c.id, c.runner_up_us = c.cost_us;
+        c.id = id, c.cost_us = t, have = true;
+      } else if (!c.runner_up || t < c.runner_up_us) {
+        c.runner_up = id, c.runner_up_us = t;
+      }
+    }
+  });
   return c;
 }
 

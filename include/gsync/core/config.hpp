@@ -115,7 +115,8 @@ struct cuda_ipc_settings {
   /// Bytes of each of the two slots of the device arena every rank exports (GSYNC_CUDA_IPC_BUFFER,
   /// default 8M, at least 64K); messages larger than a slot move in chunks.
   std::size_t slot_bytes = std::size_t{8} << 20;
-  /// Allreduce schedule forced over CUDA IPC (GSYNC_CUDA_IPC_ALGO: auto, oneshot, twoshot).
+  /// Allreduce schedule forced where the automatic choice runs over CUDA IPC (GSYNC_CUDA_IPC_ALGO:
+  /// auto, oneshot, twoshot; the older spelling of GSYNC_ALGO=one_shot / two_shot).
   std::string algo;
 };
 
@@ -126,7 +127,9 @@ struct config {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   /// Pipelining unit of the ring and other segmented schedules (GSYNC_SEGMENT_BYTES, default 512K).
   std::size_t segment_bytes = 512 * 1024;
-  /// Algorithm forced for every allreduce (GSYNC_ALGO), empty = automatic.
+  /// Algorithm forced for every allreduce (GSYNC_ALGO), empty = automatic: a host algorithm
+  /// (host memory, and device memory through host staging) or a device one (algo/cuda_ipc.hpp:
+  /// device memory over CUDA IPC; host allreduces then choose automatically).
   std::string algo;
   /// Algorithm forced for every broadcast (GSYNC_ALGO_BROADCAST), empty = automatic.
   std::string algo_broadcast;

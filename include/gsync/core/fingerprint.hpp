@@ -45,7 +45,8 @@ inline constexpr std::uint8_t user_op_code = 255;
 
 inline constexpr std::string_view algo_codes[] = {"",     "ring",          "recursive_doubling", "halving_doubling",
                                                    "tree", "direct",        "hierarchical",       "binomial_tree",
-                                                   "pairwise", "dissemination", "int8",     "star"};
+                                                   "pairwise", "dissemination", "int8",     "star",
+                                                   "one_shot", "two_shot",      "hierarchical_ipc"};
 inline constexpr std::uint8_t custom_algo_code = 255;
 
 }  // namespace detail

@@ -46,8 +46,9 @@ inline std::string_view name(hier_form f) noexcept { return f == hier_form::two_
 /// Largest message (bytes) that takes the two-level form: there every rank of a host sends the
 /// whole buffer across hosts (L times the bytes of the three-level form on the host's link), which
 /// only pays for small messages, where one level fewer saves a step of latency. Not measured yet
-/// (no machine with several GPU hosts here): it is the one-shot bound of cuda/ipc_plan.hpp.
-inline std::size_t two_level_max_bytes(int local) noexcept { return one_shot_max_bytes(local); }
+/// (no machine with several GPU hosts here): 512 KiB up to 4 ranks per host, 256 KiB above, the
+/// one-shot bounds published for NVLink-connected GPUs (vLLM's custom allreduce).
+inline std::size_t two_level_max_bytes(int local) noexcept { return local <= 4 ? std::size_t{512} << 10 : std::size_t{256} << 10; }
 
 /// The form for `bytes` with `local` ranks per host.
 inline hier_form choose_form(std::size_t bytes, int local) noexcept {

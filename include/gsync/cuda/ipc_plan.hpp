@@ -71,7 +71,8 @@ inline range slice(std::size_t count, int n, int r, std::size_t elem) noexcept {
   return {first, std::min(part, count - first)};
 }
 
-/// How the ranks of an IPC group reduce a chunk.
+/// How the ranks of an IPC group reduce a chunk (the algorithms algo::one_shot and algo::two_shot;
+/// algo/cuda_ipc.hpp holds their models, algo/select.hpp the choice).
 enum class schedule : std::uint8_t {
   one_shot,  ///< every rank reads every rank's chunk and reduces all of it
   two_shot,  ///< every rank reduces its slice, then gathers the others' reduced slices
@@ -79,25 +80,5 @@ enum class schedule : std::uint8_t {
 
 /// Name of a schedule ("one-shot", "two-shot").
 inline std::string_view name(schedule s) noexcept { return s == schedule::one_shot ? "one-shot" : "two-shot"; }
-
-/// The schedule forced by GSYNC_CUDA_IPC_ALGO (`forced`: "", "auto", "oneshot", "twoshot"), or the
-/// automatic choice: one-shot for 2 ranks and for messages under `one_shot_max_bytes(n)`, two-shot
-/// above. Throws invalid_argument on an unknown name.
-inline schedule choose(std::size_t bytes, int n, std::string_view forced);
-
-/// Largest message (bytes) the automatic choice runs one-shot at `n` ranks (n > 2). The numbers are
-/// the ones published for NVLink-connected GPUs (vLLM's custom allreduce); the crossover on one
-/// GPU shared by processes is to be measured by benchmarks/gpu/check.sh (benchmarks/results/README.md, "GPU").
-inline std::size_t one_shot_max_bytes(int n) noexcept { return n <= 4 ? std::size_t{512} << 10 : std::size_t{256} << 10; }
-
-inline schedule choose(std::size_t bytes, int n, std::string_view forced) {
-  if (forced == "oneshot" || forced == "one-shot") return schedule::one_shot;
-  if (forced == "twoshot" || forced == "two-shot") return schedule::two_shot;
-  if (!forced.empty() && forced != "auto")
-    throw error(errc::invalid_argument,
-                "GSYNC_CUDA_IPC_ALGO='" + std::string(forced) + "' is not one of auto, oneshot, twoshot");
-  if (n <= 2 || bytes < one_shot_max_bytes(n)) return schedule::one_shot;
-  return schedule::two_shot;
-}
 
 }  // namespace gsync::cuda::ipc

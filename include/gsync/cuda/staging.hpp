@@ -44,6 +44,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
+#include "gsync/cuda/gate_watchdog.hpp"
 #include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/function_ref.hpp"
 
@@ -188,7 +189,7 @@ inline thread_local readiness* current_readiness = nullptr;
 
 /// Per-communicator resources of the staged path, created by its first device operation and
 /// destroyed after the communicator's engine has stopped (every job holds a reference).
-class device_state {
+class device_state final : public gate_owner {
  public:
   /// Resources on the caller's current device, through `api`: the streams, the gate word and both
   /// mirrors, sized up front for `staging_bytes` (mirror_capacity), so that no operation ever
@@ -219,7 +220,7 @@ class device_state {
   /// gates, then frees streams, events and pinned memory. Pinned memory a stream might still read
   /// after the bound, or that cannot be freed without waiting for streams held by other
   /// communicators, is leaked rather than freed under them.
-  ~device_state() {
+  ~device_state() override {
     release_all();
     bool passed = true;
     try {
@@ -317,6 +318,17 @@ class device_state {
   void release_all() noexcept {
     if (gate_) release(issued_.load() + (std::uint64_t{1} << 62));
   }
+  /// True once gate `value` is open (any thread).
+  bool opened(std::uint64_t value) const noexcept override {
+    std::atomic_ref<std::uint64_t> g(*gate_);
+    return static_cast<std::int64_t>(g.load(std::memory_order_acquire) - value) >= 0;
+  }
+  /// The watchdog's last resort (cuda/gate_watchdog.hpp; any thread): no window copies results
+  /// into device memory from now on, and every gate opens.
+  void abandon() noexcept override {
+    abandoned_.store(true, std::memory_order_release);
+    release_all();
+  }
 
   /// An event from the pool (any thread).
   event_handle take_event() {
@@ -404,6 +416,8 @@ class device_state {
     }
   }
   void copy_out(const staged_plan& plan, std::size_t w, std::size_t b) {
+    if (abandoned_.load(std::memory_order_acquire))  // the stream went on without these results
+      throw error(errc::timeout, "device staging: the operation's stream was released by the watchdog (cuda/gate_watchdog.hpp)");
     out_pieces_.clear();
     if (plan.out.copy_out) pieces_of(plan.out, plan.out_offset(), w, std::size_t{1} << 62, out_pieces_);
     if (plan.in.copy_out && !plan.alias) pieces_of(plan.in, 0, w, std::size_t{1} << 62, out_pieces_);
@@ -461,6 +475,7 @@ class device_state {
   cuda_stream h2d_ = nullptr;  // copy-out
   std::uint64_t* gate_ = nullptr;
   std::atomic<std::uint64_t> issued_{0};
+  std::atomic<bool> abandoned_{false};
   bool after_ok_ = true;
   std::mutex m_;  // the event pool and after_
   std::vector<event_handle> free_events_, all_events_;

@@ -114,6 +114,7 @@ struct staged_job {
   void operator()(communicator<X>& comm) {
     try {
       gate.state().run(plan, gate.take_start(), limit, [&](std::size_t w, std::byte* in_m, std::byte* out_m) {
+        comm.engine().shared()->tick();  // each window is bounded by the timeout: progress for the gate watchdog
         run_window(comm, w, in_m, out_m);
       });
     } catch (...) {
@@ -144,7 +145,12 @@ request staged_launch(communicator<X>& comm, const char* kind, cuda_stream s, co
   auto run_window = number();
   if (plan.windows == 0) return {};  // nothing to move (numbered as the host path numbers it)
   const std::chrono::milliseconds limit = comm.issue_timeout();
-  gate_hold gate(st, st->close_gate(s, limit * static_cast<long>(plan.windows) + std::chrono::seconds(10)));
+  auto closed = st->close_gate(s, limit * static_cast<long>(plan.windows) + std::chrono::seconds(10));
+  const std::uint64_t value = closed.value;
+  gate_hold gate(st, std::move(closed));
+  // The engine opens the gate; should the engine itself stop (a user operator that never returns), the watchdog does.
+  cuda::detail::gate_watchdog::instance().watch(st, value, comm.engine().shared(), limit,
+                                                std::string(kind) + " (rank " + std::to_string(comm.rank()) + ")");
   return comm.issue(kind, staged_job<X, decltype(run_window)>{std::move(gate), plan, limit, std::move(run_window)});
 }
 

@@ -92,10 +92,10 @@ request cross_host_launch(communicator<X>& comm, const std::shared_ptr<ipc_state
 }
 
 /// Launches the hierarchical device allreduce (see the file comment) from `in` to `out` (may be
-/// equal) on `s`; returns the request of its last level.
+/// equal) on `s`; returns the request of its last level. `how` says why it runs (for the log).
 template <class X, class T, class Op>
 request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc_state> st, const T* in, T* out, std::size_t count,
-                                      const Op& op, cuda_stream s) {
+                                      const Op& op, cuda_stream s, const std::string& how) {
   cuda::ipc::group& g = *st->group;
   // The staging memory of the level across hosts, made before this rank's stream is held.
   (void)prepared_device_state(comm);
@@ -109,12 +109,16 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
     const std::size_t across = form == cuda::ipc::hier_form::two_level ? bytes : cuda::ipc::part(count, g.size(), 0, sizeof(T)).count * sizeof(T);
     const std::size_t window = std::min(across, std::max(comm.settings().cuda_staging_bytes, sizeof(T)) / sizeof(T) * sizeof(T));
     ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()),
-                  "hierarchical " + std::string(cuda::ipc::name(form)) + " (" + std::to_string(g.size()) + " ranks per host, " +
+                  "hierarchical_ipc: " + how + "; " + std::string(cuda::ipc::name(form)) + " (" + std::to_string(g.size()) + " ranks per host, " +
                       std::to_string(hosts) + " hosts; across hosts " + std::string(algo::name(cheapest_flat_allreduce(window, hosts, st->network))) +
                       " on windows of up to " + std::to_string(window) + " bytes through host staging)");
   }
   if (form == cuda::ipc::hier_form::two_level) {
-    const auto sch = cuda::ipc::choose(bytes, g.size(), comm.settings().cuda_ipc.algo);
+    algo::ipc_cost_model m;
+    m.slot_bytes = comm.settings().cuda_ipc.slot_bytes;
+    const auto inside = algo::choose_device_allreduce(bytes, g.size(), 1, m, comm.settings().cuda_ipc.algo);
+    const auto sch = inside.id == algo::device_allreduce_registry::id_of<algo::two_shot>() ? cuda::ipc::schedule::two_shot
+                                                                                            : cuda::ipc::schedule::one_shot;
     (void)ipc_launch(comm, st, "allreduce", s, [&](std::chrono::milliseconds limit) {
       return cuda::ipc::allreduce(g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, inner, sch, s, limit);
     });
