@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -240,6 +241,19 @@ struct absmax {
   template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return (a < 0 ? -a : a) < (b < 0 ? -b : b) ? b : a; }
 };
 
+/// User operators given a GPU reduction, as a .cu file gives every operator (cuda/ipc_kernels.cuh):
+/// here the fake's stand-in of that kernel (support/fake_cuda.hpp `fake_user_reduction`).
+struct absmax_dev {
+  static constexpr std::string_view name = "absmax_dev";
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return (a < 0 ? -a : a) < (b < 0 ? -b : b) ? b : a; }
+};
+/// A user mean: sums, then its finalize divides by the world size once.
+struct mean_dev {
+  static constexpr std::string_view name = "mean_dev";
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return a + b; }
+  template <class A> GSYNC_HD constexpr A finalize(A v, int n) const noexcept { return v / static_cast<A>(n); }
+};
+
 gsync::config ipc_config(std::size_t slot_bytes, const char* algo) {
   gsync::config c;
   c.cuda_ipc.slot_bytes = slot_bytes;
@@ -248,6 +262,76 @@ gsync::config ipc_config(std::size_t slot_bytes, const char* algo) {
 }
 
 }  // namespace
+
+namespace gsync::cuda {
+template <class T>
+struct ipc_user_reduction<T, absmax_dev> : gsync_test::fake_user_reduction<T, absmax_dev> {};
+template <class T>
+struct ipc_user_reduction<T, mean_dev> : gsync_test::fake_user_reduction<T, mean_dev> {};
+}  // namespace gsync::cuda
+
+namespace {
+/// Value of rank r at i for the user-operator tests: signs and magnitudes that differ by rank.
+float user_input(int r, std::size_t i) { return static_cast<float>((static_cast<int>(i % 17) - 8) * (r + 1)) * (r % 2 ? -0.75f : 0.5f); }
+}  // namespace
+
+TEST_CASE("device collectives over CUDA IPC: a user operator runs in the IPC kernels, bitwise equal on every rank, finalized once") {
+  fake_cuda_scope fk(true);
+  for (const char* algo : {"oneshot", "twoshot"})
+    for (int n : {2, 3, 4})
+      for (std::size_t count : {std::size_t{1021}, std::size_t{40000}}) {
+        CAPTURE(algo);
+        CAPTURE(n);
+        CAPTURE(count);
+        std::vector<std::vector<float>> amax(static_cast<std::size_t>(n)), mean(static_cast<std::size_t>(n));
+        std::vector<std::vector<gsync::bfloat16>> mean16(static_cast<std::size_t>(n));
+        gsync_test::run_inproc(n, [&](auto& comm, auto&) {
+          const int r = comm.rank();
+          const std::size_t R = static_cast<std::size_t>(r);
+          std::vector<float> a(count), m(count), blocks(count * static_cast<std::size_t>(n)), rs(count), red(count);
+          std::vector<gsync::bfloat16> h(count);
+          for (std::size_t i = 0; i < count; ++i) a[i] = m[i] = user_input(r, i), h[i] = gsync::bfloat16(user_input(r, i));
+          for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = user_input(r, i);
+          gsync::cuda_stream s = fk.api.create_stream();
+          gsync::allreduce(comm, gsync::device_span<float>{a.data(), count}, absmax_dev{}, s);
+          gsync::allreduce(comm, gsync::device_span<float>{m.data(), count}, mean_dev{}, s);
+          gsync::allreduce(comm, gsync::device_span<gsync::bfloat16>{h.data(), count}, mean_dev{}, s);
+          gsync::reduce_scatter(comm, gsync::device_span<const float>{blocks.data(), blocks.size()}, gsync::device_span<float>{rs.data(), count},
+                                absmax_dev{}, s);
+          gsync::reduce(comm, gsync::device_span<const float>{blocks.data(), count}, gsync::device_span<float>{red.data(), count}, mean_dev{},
+                        n - 1, s);
+          fk.api.synchronize(s);
+          fk.api.destroy_stream(s);
+          std::size_t off = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            float want_a = user_input(0, i), want_rs = user_input(0, R * count + i);
+            double sum = 0;
+            for (int q = 0; q < n; ++q) {
+              want_a = absmax_dev{}(want_a, user_input(q, i));
+              want_rs = absmax_dev{}(want_rs, user_input(q, R * count + i));
+              sum += user_input(q, i);
+            }
+            off += a[i] != want_a;
+            off += rs[i] != want_rs;
+            off += std::abs(m[i] - sum / n) > 1e-5;
+            off += std::abs(static_cast<float>(h[i]) - sum / n) > 0.05 * (1 + std::abs(sum / n));
+            if (r == n - 1) off += std::abs(red[i] - sum / n) > 1e-5;
+          }
+          CHECK(off == 0);
+          amax[R] = a;
+          mean[R] = m;
+          mean16[R] = h;
+        }, ipc_config(64 << 10, algo));
+        for (int r = 1; r < n; ++r) {
+          const std::size_t R = static_cast<std::size_t>(r);
+          CHECK(std::memcmp(amax[R].data(), amax[0].data(), count * sizeof(float)) == 0);
+          CHECK(std::memcmp(mean[R].data(), mean[0].data(), count * sizeof(float)) == 0);
+          CHECK(std::memcmp(mean16[R].data(), mean16[0].data(), count * 2) == 0);
+        }
+      }
+  CHECK(fk.ipc.user_calls.load() > 0);
+  CHECK(fk.api.d2h_bytes.load() == 0);  // nothing through host staging
+}
 
 TEST_CASE("device allreduce over CUDA IPC: each element size and kind x every op, one-shot and two-shot, world sizes 1-4") {
   fake_cuda_scope fk(true);
@@ -507,9 +591,21 @@ TEST_CASE("device allreduce algorithms: one_shot, two_shot forced by template ar
     const std::string w = refused(cfg, [](auto& comm, auto d, auto s) { gsync::allreduce(comm, d, gsync::op::sum{}, s); });
     CHECK(w.find("forced by GSYNC_ALGO=oneshot") != std::string::npos);
   }
-  SUBCASE("refused: a user operator") {
+  SUBCASE("refused: a user operator this file has no GPU kernel of") {
     const std::string w = refused(ipc_config(64 << 10, ""), [](auto& comm, auto d, auto s) { gsync::allreduce<algo::two_shot>(comm, d, absmax{}, s); });
-    CHECK(w.find("user operator (absmax") != std::string::npos);
+    CHECK(w.find("user operator absmax: this file was not compiled by nvcc") != std::string::npos);
+  }
+  SUBCASE("a user operator with a GPU kernel, forced to two_shot") {
+    fake_cuda_scope fk(true);
+    gsync_test::run_inproc(3, [&](auto& comm, auto&) {
+      std::vector<float> v(5000, comm.rank() == 1 ? -7.0f : 2.0f);
+      gsync::cuda_stream s = fk.api.create_stream();
+      gsync::allreduce<algo::two_shot>(comm, gsync::device_span<float>{v.data(), v.size()}, absmax_dev{}, s);
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      CHECK(v[4999] == -7.0f);
+    }, ipc_config(64 << 10, ""));
+    CHECK(fk.ipc.user_calls.load() > 0);
   }
   SUBCASE("refused: the hierarchical form on one host") {
     const std::string w =
@@ -524,6 +620,41 @@ TEST_CASE("device allreduce algorithms: one_shot, two_shot forced by template ar
       gsync::allreduce(comm, std::span<float>{v});
       CHECK(v[0] == 2.0f);
     });
+  }
+}
+
+// Ranks of one process on two GPUs reach each other's arenas by pointer: only with peer access,
+// which the stand-in enforces (a kernel reading another device's memory without it is a fault).
+TEST_CASE("device allreduce over CUDA IPC: ranks of one process on two GPUs enable peer access, or keep to staging saying why") {
+  for (bool possible : {true, false}) {
+    CAPTURE(possible);
+    fake_cuda_scope fk(true);
+    fk.api.peer_access_possible = possible;
+    std::vector<std::string> refusal(4);
+    gsync_test::run_inproc(4, [&](auto& comm, auto&) {
+      fk.api.set_device(comm.rank() % 2);  // ranks 0 and 2 on GPU 0, 1 and 3 on GPU 1
+      std::vector<float> v(40000);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = gsync_test::input<float, gsync::op::sum>(comm.rank(), i);
+      gsync::cuda_stream s = fk.api.create_stream();
+      gsync::allreduce(comm, gsync::device_span<float>{v.data(), v.size()}, gsync::op::sum{}, s);
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < v.size(); ++i) off += !gsync_test::check_element<float, gsync::op::sum>(v[i], 4, i);
+      CHECK(off == 0);
+      auto st = std::static_pointer_cast<gsync::detail::ipc_state>(comm.ipc_state_slot());
+      REQUIRE(st);
+      refusal[static_cast<std::size_t>(comm.rank())] = st->refusal;
+    }, ipc_config(64 << 10, ""));
+    CHECK(fk.api.peer_enables.load() > 0);
+    if (possible) {
+      CHECK(fk.ipc.calls.load() > 0);
+      CHECK(fk.api.d2h_bytes.load() == 0);
+    } else {
+      CHECK(fk.ipc.calls.load() == 0);  // every rank on staging
+      CHECK(fk.api.d2h_bytes.load() > 0);
+      CHECK(refusal[0].find("cannot access GPU") != std::string::npos);
+    }
   }
 }
 

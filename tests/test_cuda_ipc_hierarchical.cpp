@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -215,6 +216,39 @@ TEST_CASE("hierarchical device allreduce: forced as algo::hierarchical_ipc, with
     CHECK(w[0] == 1.0f);
   }, hier_config(64 << 10));
   CHECK(fk.ipc.calls.load() > 0);
+}
+
+namespace {
+/// A user mean with a GPU reduction (the fake's stand-in of the kernel a .cu file compiles).
+struct user_mean {
+  static constexpr std::string_view name = "user_mean";
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return a + b; }
+  template <class A> GSYNC_HD constexpr A finalize(A v, int n) const noexcept { return v / static_cast<A>(n); }
+};
+}  // namespace
+namespace gsync::cuda {
+template <class T>
+struct ipc_user_reduction<T, user_mean> : gsync_test::fake_user_reduction<T, user_mean> {};
+}  // namespace gsync::cuda
+
+TEST_CASE("hierarchical device allreduce: a user operator combines inside hosts on the GPU and finalizes once, across hosts") {
+  fake_cuda_scope fk(true);
+  for (std::size_t count : {std::size_t{1000}, std::size_t{300007}}) {  // two-level, three-level
+    CAPTURE(count);
+    REQUIRE(ipc::choose_form(count * sizeof(float), 2) == (count == 1000 ? ipc::hier_form::two_level : ipc::hier_form::three_level));
+    gsync_test::run_mixed(6, 2, [&](auto& comm, auto&) {
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i % 7) + 3 * comm.rank());
+      gsync::cuda_stream s = fk.api.create_stream();
+      gsync::allreduce(comm, gsync::device_span<float>{v.data(), count}, user_mean{}, s);
+      fk.api.synchronize(s);
+      fk.api.destroy_stream(s);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < count; ++i) off += std::abs(v[i] - (static_cast<float>(i % 7) + 7.5f)) > 1e-4f;  // mean of 3r over 6 ranks
+      CHECK(off == 0);
+    }, hier_config(64 << 10));
+  }
+  CHECK(fk.ipc.user_calls.load() > 0);
 }
 
 TEST_CASE("hierarchical device allreduce: a rank that never comes fails every other rank, naming it, without a hang") {

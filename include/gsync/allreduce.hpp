@@ -139,9 +139,7 @@ request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t
           if (st && st->group) return automatic_ipc_allreduce(comm, std::move(st), in, out, count, op, s);
           if (st) log_staged_allreduce<T>(comm, count, op_name<Op>(), st->refusal);
         } else {
-          log_staged_allreduce<T>(comm, count, op_name<Op>(), "the CUDA IPC kernels have no " +
-                                                                  (ipc_element<T> ? "user operator (" + std::string(op_name<Op>()) + ")"
-                                                                                  : "element type " + std::string(name(dtype_of<T>))));
+          log_staged_allreduce<T>(comm, count, op_name<Op>(), ipc_kernel_gap<T, Op>());
         }
       } else {
         log_staged_allreduce<T>(comm, count, op_name<Op>(), "GSYNC_ALGO=" + forced + " names a host algorithm");

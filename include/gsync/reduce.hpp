@@ -119,7 +119,8 @@ request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t co
       cuda::ipc::group* g = st->group.get();
       ipc_log_shape(comm, device_shape<T>("reduce", count, op_name<Op>()), "");
       return ipc_launch(comm, std::move(st), "reduce", s, [&](std::chrono::milliseconds limit) {
-        return cuda::ipc::reduce(*g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, *cuda::ipc_op_of<Op>(), root, s, limit);
+        cuda::ipc_reduction::builtin_args b;
+        return cuda::ipc::reduce(*g, ipc_reduction_of<T>(op, b), in, out, count, dtype_of<T>, root, s, limit);
       });
     }
   }

@@ -120,7 +120,8 @@ request reduce_scatter_device(communicator<X>& comm, const T* in, T* out, std::s
       cuda::ipc::group* g = st->group.get();
       ipc_log_shape(comm, device_shape<T>("reduce_scatter", c, op_name<Op>()), "");
       return ipc_launch(comm, std::move(st), "reduce_scatter", s, [&](std::chrono::milliseconds limit) {
-        return cuda::ipc::reduce_scatter(*g, ipc_kernels_in_use(), in, out, c, dtype_of<T>, *cuda::ipc_op_of<Op>(), s, limit);
+        cuda::ipc_reduction::builtin_args b;
+        return cuda::ipc::reduce_scatter(*g, ipc_reduction_of<T>(op, b), in, out, c, dtype_of<T>, s, limit);
       });
     }
   }

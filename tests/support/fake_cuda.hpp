@@ -55,6 +55,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     std::condition_variable cv, idle_cv;
     std::deque<std::function<void()>> q;
     bool stop = false, busy = false;
+    int device = 0;  // the device current when it was made
     std::thread t;
     stream_impl() {
       t = std::thread([this] {
@@ -139,7 +140,10 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::atomic<long> overdue_waits{0};       // stream waits still unmet at their limit (see wait_word)
   std::chrono::milliseconds memop_cap{30000};
   std::string last_stall;                   // what the last stalled call was (under m_)
-  unsigned char uuid_byte = 0x11;           // the device's UUID, this byte 16 times
+  unsigned char uuid_byte = 0x11;           // device d's UUID: this byte plus d, 16 times
+  std::atomic<bool> peer_access_possible{true};  // what enable_peer_access answers for another device
+  std::atomic<long> peer_enables{0};             // enable_peer_access calls for another device
+  std::atomic<long> peer_faults{0};              // reads of another device's memory without peer access
 
   // --- runtime_api ---
   const char* name() const noexcept override { return "fake"; }
@@ -153,6 +157,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   gsync::cuda_stream create_stream() override {
     ++streams_alive;
     auto* impl = new stream_impl;
+    impl->device = current_device();
     std::lock_guard lk(m_);
     live_.insert(impl);
     return reinterpret_cast<gsync::cuda_stream>(impl);
@@ -202,7 +207,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     const int delay_us = kind == gsync::cuda::copy_kind::device_to_device ? slow_stream_us : 0;
     impl(s).push([=, this] {
       if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      note_read(src);
+      note_read(src, s);
       std::memcpy(dst, src, bytes);
     });
   }
@@ -277,10 +282,19 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   // processes (multi-process tests) can map it by the name carried in the handle.
   gsync::cuda::device_identity identity() override {
     gsync::cuda::device_identity id;
-    id.uuid.fill(uuid_byte);
-    std::snprintf(id.pci_bus, sizeof id.pci_bus, "0000:fa:ke.0");
+    id.ordinal = current_device();
+    id.uuid.fill(static_cast<unsigned char>(uuid_byte + id.ordinal));  // one GPU per ordinal
+    std::snprintf(id.pci_bus, sizeof id.pci_bus, "0000:fa:%02x.0", static_cast<unsigned>(id.ordinal) & 0xffu);
     id.compute_mode = compute_mode.load();
     return id;
+  }
+  bool enable_peer_access(int peer) override {
+    if (peer == current_device()) return true;
+    ++peer_enables;
+    if (!peer_access_possible.load()) return false;
+    std::lock_guard lk(m_);
+    peer_enabled_.insert({current_device(), peer});
+    return true;
   }
   void* alloc_exportable(std::size_t bytes) override {
     sync_device("cudaMalloc", true);
@@ -302,6 +316,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     }
     std::lock_guard lk(m_);
     exports_[p] = {name, bytes};
+    export_device_[p] = current_device();
     ++exportable_now;
     return p;
   }
@@ -313,6 +328,7 @@ class fake_cuda final : public gsync::cuda::runtime_api {
     ::shm_unlink(it->second.first.c_str());
     ::munmap(p, it->second.second);
     exports_.erase(it);
+    export_device_.erase(p);
     --exportable_now;
   }
   gsync::cuda::ipc_handle ipc_export(void* base) override {
@@ -372,10 +388,16 @@ class fake_cuda final : public gsync::cuda::runtime_api {
 
   /// Called as a kernel or copy reads `p` (on the stream's thread): counts and judges a read of
   /// a dead process's arena (see `poisoned`).
-  void note_read(const void* p) {
+  void note_read(const void* p, gsync::cuda_stream s) {
     int pid = 0;
+    const int reader = impl(s).device;
     {
       std::lock_guard lk(m_);
+      // A kernel on one device reading this process's memory of another: only with peer access (else it faults).
+      for (auto& [base, dev] : export_device_)
+        if (p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + exports_[base].second && dev != reader &&
+            !peer_enabled_.count({reader, dev}))
+          ++peer_faults;
       for (auto& [base, bytes] : opened_)
         if (p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes) pid = opened_pid_[base];
     }
@@ -434,6 +456,8 @@ class fake_cuda final : public gsync::cuda::runtime_api {
   std::map<void*, std::size_t> sizes_;
   std::map<void*, std::pair<std::string, std::size_t>> exports_;
   std::map<void*, std::size_t> opened_;
+  std::map<void*, int> export_device_;         // the device of each exportable allocation
+  std::set<std::pair<int, int>> peer_enabled_;  // (device, peer) pairs with peer access
   std::map<void*, int> opened_pid_;                                       // exporter of each mapping
   std::map<int, std::chrono::steady_clock::time_point> first_dead_read_;  // by exporter
 };
@@ -454,10 +478,28 @@ class fake_ipc_kernels final : public gsync::cuda::ipc_kernels {
       api_.launch(s, [=, this] {
         if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));  // a slow reader
         if (cancelled(cancel)) return;
-        for (int i = 0; i < src.n; ++i) api_.note_read(src.p[i]);
+        for (int i = 0; i < src.n; ++i) api_.note_read(src.p[i], s);
         T* d = static_cast<T*>(dst);
         gsync::cuda::ipc_reduce_any(src, d, count, gsync::cuda::ipc_split(src, d, count), op, 0, 1);
       });
+    });
+  }
+  /// What cuda/ipc_kernels.cuh's kernel of a user operator does (`gsync::cuda::ipc_user_reduction`),
+  /// on a fake stream: tests give their operators this reduction with `fake_user_reduction`.
+  template <class T, class Op>
+  void reduce_user(const gsync::cuda::ipc_sources& src, void* dst, std::size_t count, const Op& op, bool finalize, gsync::cuda_stream s,
+                   const std::uint64_t* cancel) {
+    ++calls;
+    ++user_calls;
+    if (api_.poisoned) throw gsync::error(gsync::errc::cuda, "IPC reduce kernel launch (user operator): cudaErrorIllegalAddress (fake: sticky)");
+    if (count == 0) return;
+    api_.launch(s, [=, this] {
+      if (cancelled(cancel)) return;
+      for (int i = 0; i < src.n; ++i) api_.note_read(src.p[i], s);
+      T* d = static_cast<T*>(dst);
+      const auto sp = gsync::cuda::ipc_split(src, d, count);
+      if (finalize) gsync::cuda::ipc_reduce_share<T>(src, d, count, sp, op, 0, 1);
+      else gsync::cuda::ipc_reduce_share<T>(src, d, count, sp, gsync::cuda::combine_only<Op>{op}, 0, 1);
     });
   }
   void copy(void* dst, const void* src, std::size_t bytes, gsync::cuda_stream s, const std::uint64_t* cancel) override {
@@ -467,13 +509,14 @@ class fake_ipc_kernels final : public gsync::cuda::ipc_kernels {
     api_.launch(s, [=, this] {
       if (delay_us) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       if (cancelled(cancel)) return;
-      api_.note_read(src);
+      api_.note_read(src, s);
       std::memcpy(dst, src, bytes);
     });
   }
   std::atomic<long> copies{0};
   std::atomic<long> skipped{0};  // kernels that found their cancel word set
   std::atomic<long> calls{0};
+  std::atomic<long> user_calls{0};  // reductions of user operators (reduce_user)
 
  private:
   bool cancelled(const std::uint64_t* cancel) {
@@ -482,6 +525,19 @@ class fake_ipc_kernels final : public gsync::cuda::ipc_kernels {
     return true;
   }
   fake_cuda& api_;
+};
+
+/// The IPC reduction of a test's user operator `Op` on the installed fake kernels: specialize
+/// `gsync::cuda::ipc_user_reduction<T, Op>` with it, as cuda/ipc_kernels.cuh does for every
+/// operator in a .cu file.
+template <class T, class Op>
+struct fake_user_reduction {
+  static void queue(const void* op, const gsync::cuda::ipc_sources& src, void* dst, std::size_t count, bool finalize, gsync::cuda_stream s,
+                    const std::uint64_t* cancel) {
+    auto* k = dynamic_cast<fake_ipc_kernels*>(gsync::cuda::installed_ipc_kernels());
+    if (!k) throw gsync::error(gsync::errc::cuda, "fake_user_reduction: no fake IPC kernels installed");
+    k->reduce_user<T>(src, dst, count, *static_cast<const Op*>(op), finalize, s, cancel);
+  }
 };
 
 /// The gradient passes on fake streams: the host passes of grad/nonfinite.hpp and grad/clip.hpp,
@@ -572,6 +628,8 @@ struct fake_cuda_scope {
     if (api.overdue_waits.load() != 0)
       FAIL_CHECK(api.overdue_waits.load() << " stream wait(s) outlived their limit: on a GPU (stream memory operations) "
                                                 "nothing but gsync's host side would have let the stream go on");
+    if (api.peer_faults.load() != 0)
+      FAIL_CHECK(api.peer_faults.load() << " kernel read(s) of another GPU's memory without peer access: a GPU would fault");
     if (api.sync_stalls.load() != 0)
       FAIL_CHECK(api.sync_stalls.load() << " device-synchronising call(s) waited for a stream held by gsync, the last: " << api.last_stall);
 #endif

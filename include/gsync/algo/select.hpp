@@ -378,7 +378,7 @@ struct device_choice {
 /// prices the level across hosts. Throws invalid_argument on another GSYNC_CUDA_IPC_ALGO value.
 inline device_choice choose_device_allreduce(std::size_t bytes, int gpus, int hosts, const ipc_cost_model& m,
                                              std::string_view ipc_schedule, const cost_model& network = cost_model::network()) {
-  device_choice c{device_allreduce_registry::id_of<one_shot>(), bytes, gpus, hosts, {}};
+  device_choice c{device_allreduce_registry::id_of<one_shot>(), bytes, gpus, hosts, {}, 0, std::nullopt, 0};
   if (hosts > 1) {
     c.id = device_allreduce_registry::id_of<hierarchical_ipc>();
     c.cost_us = hierarchical_ipc::device_hosts_us(bytes, hosts, gpus, m, network);

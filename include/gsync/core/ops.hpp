@@ -20,6 +20,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "gsync/core/exact_fp.hpp"
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::op {
@@ -27,35 +28,35 @@ namespace gsync::op {
 /// Sum.
 struct sum {
   static constexpr std::string_view name = "sum";
-  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return detail::rn_add(a, b); }
 };
 
 /// Product.
 struct prod {
   static constexpr std::string_view name = "prod";
-  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a * b); }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return detail::rn_mul(a, b); }
 };
 
 /// Minimum. For floating types, a NaN operand propagates only where `<` says so (as std::min).
 struct min {
   static constexpr std::string_view name = "min";
-  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return b < a ? b : a; }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return detail::ordered_less(b, a) ? b : a; }
 };
 
 /// Maximum. For floating types, a NaN operand propagates only where `<` says so (as std::max).
 struct max {
   static constexpr std::string_view name = "max";
-  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return a < b ? b : a; }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return detail::ordered_less(a, b) ? b : a; }
 };
 
 /// Average: sum, then divided by the world size in the last reduction step. For integer types the
 /// division truncates toward zero (C++ integer division), as MPI users would expect of an int average.
 struct avg {
   static constexpr std::string_view name = "avg";
-  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return static_cast<A>(a + b); }
+  template <class A> GSYNC_HD constexpr A operator()(A a, A b) const noexcept { return detail::rn_add(a, b); }
   template <class A> GSYNC_HD constexpr A finalize(A v, int world_size) const noexcept {
     using W = std::common_type_t<A, int>;  // int8 -> int, uint64 -> uint64, float -> float
-    return static_cast<A>(static_cast<W>(v) / static_cast<W>(world_size));
+    return static_cast<A>(detail::rn_div(static_cast<W>(v), static_cast<W>(world_size)));
   }
 };
 

@@ -101,6 +101,11 @@ class runtime_api {
   virtual void free_exportable(void* p) noexcept = 0;
   /// The IPC handle of an allocation from alloc_exportable (its base pointer).
   virtual ipc_handle ipc_export(void* base) = 0;
+  /// Lets the current device read and write device `peer`'s memory directly
+  /// (cudaDeviceEnablePeerAccess): ranks of one process on two GPUs use each other's arenas by
+  /// pointer. False when the two GPUs have no peer path (cudaDeviceCanAccessPeer); enabled
+  /// before counts as done.
+  virtual bool enable_peer_access(int peer) = 0;
   /// Maps a peer process's allocation into this process (cudaIpcOpenMemHandle with lazy peer
   /// access); throws `errc::cuda` with CUDA's reason when it cannot.
   virtual void* ipc_open(const ipc_handle& h) = 0;
@@ -116,6 +121,28 @@ class runtime_api {
   virtual void write_word(cuda_stream s, std::uint64_t* word, std::uint64_t value) = 0;
   /// The address through which a kernel reads `word` (in memory from alloc_pinned or register_host).
   virtual const std::uint64_t* device_view(std::uint64_t* word) = 0;
+};
+
+/// Makes `device` current on the calling thread for its lifetime, then puts back the caller's
+/// current device (a device call of gsync's must not change the user's, review R14).
+class device_guard {
+ public:
+  device_guard(runtime_api& api, int device) : api_(api), device_(device), was_(api.current_device()) {
+    if (was_ != device_) api_.set_device(device_);
+  }
+  ~device_guard() {
+    if (was_ != device_) try {
+        api_.set_device(was_);
+      } catch (...) {
+        // the caller keeps gsync's device: nothing better to do in a destructor
+      }
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  runtime_api& api_;
+  int device_, was_;
 };
 
 namespace detail {

@@ -23,6 +23,7 @@
 
 #include "gsync/cuda/packs.hpp"
 #include "gsync/cuda/reduce.cuh"
+#include "gsync/cuda/launch.cuh"
 #include "gsync/cuda/runtime.hpp"
 #include "gsync/grad/nonfinite.hpp"
 
@@ -63,8 +64,8 @@ void cast_into(const From* src, To* dst, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr std::size_t G = step_elems<From, To>;
   const std::size_t steps = map_steps(dst, src, n, G);
-  detail::cast_kernel<<<detail::grid_for(std::max(steps, n - steps * G)), detail::block_threads, 0, stream>>>(src, dst, n, steps);
-  check(cudaGetLastError(), "cast kernel launch");
+  launch("cast kernel launch", detail::cast_kernel<From, To>, detail::grid_for(std::max(steps, n - steps * G)), detail::block_threads, stream,
+         src, dst, n, steps);
 }
 
 /// Enqueues dst[i] = To(float(src[i]) * factor) for i < n on `stream`, adding the number of
@@ -76,9 +77,8 @@ void unpack_scan(const From* src, To* dst, std::size_t n, float factor, unsigned
   if (n == 0) return;
   constexpr std::size_t G = step_elems<From, To>;
   const std::size_t steps = map_steps(dst, src, n, G);
-  detail::unpack_kernel<<<detail::grid_for(std::max(steps, n - steps * G)), detail::block_threads, 0, stream>>>(src, dst, n, steps,
-                                                                                                               factor, nonfinite);
-  check(cudaGetLastError(), "unpack kernel launch");
+  launch("unpack kernel launch", detail::unpack_kernel<From, To>, detail::grid_for(std::max(steps, n - steps * G)), detail::block_threads,
+         stream, src, dst, n, steps, factor, nonfinite);
 }
 
 }  // namespace gsync::cuda

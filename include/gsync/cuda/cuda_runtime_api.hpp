@@ -121,6 +121,21 @@ class cuda_runtime final : public runtime_api {
     std::memcpy(out.data(), &h, sizeof h);
     return out;
   }
+  bool enable_peer_access(int peer) override {
+    const int me = current_device();
+    if (peer == me) return true;
+    int can = 0;
+    check(cudaDeviceCanAccessPeer(&can, me, peer), "cudaDeviceCanAccessPeer");
+    if (!can) return false;
+    const bool pending = cudaPeekAtLastError() != cudaSuccess;  // an error of the user's: left for the user
+    const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      if (!pending) (void)cudaGetLastError();  // clears only our own, expected error
+      return true;
+    }
+    check(e, "cudaDeviceEnablePeerAccess");
+    return true;
+  }
   void* ipc_open(const ipc_handle& in) override {
     cudaIpcMemHandle_t h{};
     std::memcpy(&h, in.data(), sizeof h);

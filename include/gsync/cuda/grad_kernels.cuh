@@ -15,9 +15,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gsync/core/exact_fp.hpp"
 #include "gsync/cuda/cast.cuh"
 #include "gsync/cuda/grad_api.hpp"
 #include "gsync/cuda/quantize.cuh"
+#include "gsync/cuda/launch.cuh"
 #include "gsync/cuda/runtime.hpp"
 #include "gsync/grad/clip.hpp"
 #include "gsync/grad/nonfinite.hpp"
@@ -34,13 +36,13 @@ __global__ __launch_bounds__(squares_threads) __attribute__((visibility("hidden"
   __shared__ double acc[squares_threads];
   double s = 0;
   for (std::size_t i = blockIdx.x * std::size_t{squares_threads} + threadIdx.x; i < n; i += std::size_t{squares_blocks} * squares_threads) {
-    const double v = static_cast<double>(grad::detail::to_f(x[i]));
-    s += v * v;
+    const double v = gsync::detail::widen(grad::detail::to_f(x[i]));
+    s = gsync::detail::rn_add(s, gsync::detail::rn_mul(v, v));  // never fused: the same bits under any --fmad
   }
   acc[threadIdx.x] = s;
   __syncthreads();
   for (unsigned w = squares_threads / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) acc[threadIdx.x] += acc[threadIdx.x + w];
+    if (threadIdx.x < w) acc[threadIdx.x] = gsync::detail::rn_add(acc[threadIdx.x], acc[threadIdx.x + w]);
     __syncthreads();
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
@@ -52,7 +54,7 @@ __global__ __launch_bounds__(squares_blocks) __attribute__((visibility("hidden")
   acc[threadIdx.x] = partial[threadIdx.x];
   __syncthreads();
   for (unsigned w = squares_blocks / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) acc[threadIdx.x] += acc[threadIdx.x + w];
+    if (threadIdx.x < w) acc[threadIdx.x] = gsync::detail::rn_add(acc[threadIdx.x], acc[threadIdx.x + w]);
     __syncthreads();
   }
   if (threadIdx.x == 0) *out = acc[0];
@@ -62,7 +64,7 @@ template <class T>
 __global__ __launch_bounds__(block_threads) __attribute__((visibility("hidden"))) void scale_kernel(T* x, std::size_t n, float factor) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += stride)
-    x[i] = grad::detail::from_f<T>(grad::detail::to_f(x[i]) * factor);
+    x[i] = grad::detail::from_f<T>(gsync::detail::rn_mul(grad::detail::to_f(x[i]), factor));
 }
 
 }  // namespace detail
@@ -93,18 +95,17 @@ class cuda_grad_kernels final : public grad_kernels {
   void sum_squares(const void* x, dtype t, std::size_t n, double* out, cuda_stream s) override {
     grad::detail::visit_grad_type(t, [&](auto v) {
       using T = decltype(v);
-      detail::squares_partial<T><<<detail::squares_blocks, detail::squares_threads, 0, s>>>(static_cast<const T*>(x), n, out + 1);
+      launch("sum of squares kernel launch", detail::squares_partial<T>, detail::squares_blocks, detail::squares_threads, s,
+             static_cast<const T*>(x), n, out + 1);
     });
-    detail::squares_final<><<<1, detail::squares_blocks, 0, s>>>(out + 1, out);
-    check(cudaGetLastError(), "sum of squares kernel launch");
+    launch("sum of squares kernel launch", detail::squares_final<>, 1, detail::squares_blocks, s, out + 1, out);
   }
   void scale(void* x, dtype t, std::size_t n, float factor, cuda_stream s) override {
     if (n == 0) return;
     grad::detail::visit_grad_type(t, [&](auto v) {
       using T = decltype(v);
-      detail::scale_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, s>>>(static_cast<T*>(x), n, factor);
+      launch("scale kernel launch", detail::scale_kernel<T>, detail::grid_for(n), detail::block_threads, s, static_cast<T*>(x), n, factor);
     });
-    check(cudaGetLastError(), "scale kernel launch");
   }
   void int8_encode(const float* g, float* residual, std::size_t count, std::size_t block, bool stochastic, grad::counter_rng rng,
                    std::uint64_t first, float* scales, std::int8_t* q, cuda_stream s) override {

@@ -66,13 +66,14 @@ inline std::size_t rs_piece_elems(std::size_t slot_bytes, int n, std::size_t e) 
 
 /// Queues on `s` the reduce-scatter of the hierarchical allreduce (see the file comment): `out`
 /// (may equal `in`) receives, at part rank()'s place, that part of `in` combined over the group.
-/// `op` is applied as the kernels apply it (pass sum for avg: the level across hosts divides).
-inline step_range reduce_scatter_parts(group& g, ipc_kernels& k, const void* in, void* out, std::size_t count, dtype t, ipc_op op,
+/// `red` combines without finalizing (avg's division and a user operator's finalize come once, in
+/// the level across hosts).
+inline step_range reduce_scatter_parts(group& g, const ipc_reduction& red, const void* in, void* out, std::size_t count, dtype t,
                                        cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(g.size());
   const std::size_t per = detail::rs_piece_elems(g.layout().slot_bytes, g.size(), e);
   const range mine = part(count, g.size(), g.rank(), e);
-  detail::stepper st(g, s, limit, detail::signature(collective::parts_reduce_scatter, t, op, count, -1, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::parts_reduce_scatter, t, red.code(), count, -1, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(part(count, g.size(), 0, e).count, per); c < nc; ++c) {
     const std::size_t slot = st.begin(c);
     for (std::size_t b = 0; b < n; ++b) {
@@ -87,7 +88,7 @@ inline step_range reduce_scatter_parts(group& g, ipc_kernels& k, const void* in,
       src.n = g.size();
       for (std::size_t p = 0; p < n; ++p)
         src.p[p] = g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * per * e;
-      k.reduce(src, detail::at(out, (mine.first + piece.first) * e), piece.count, t, op, s, g.cancel_word());
+      red(src, detail::at(out, (mine.first + piece.first) * e), piece.count, false, s, g.cancel_word());
     }
     st.signal(&control_page::done);
   }
@@ -100,7 +101,7 @@ inline step_range allgather_parts(group& g, void* data, std::size_t count, dtype
   const std::size_t e = size_of(t);
   const std::size_t per = chunk_elems(g.layout().slot_bytes, e);
   const range mine = part(count, g.size(), g.rank(), e);
-  detail::stepper st(g, s, limit, detail::signature(collective::parts_allgather, t, ipc_op::sum, count, -1, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::parts_allgather, t, std::uint8_t{0}, count, -1, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(part(count, g.size(), 0, e).count, per); c < nc; ++c) {
     const std::size_t slot = st.begin(c);
     const range own = chunk(mine.count, per, c);

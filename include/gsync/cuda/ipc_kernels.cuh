@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gsync/cuda/ipc_api.hpp"
 #include "gsync/cuda/ipc_reduce.hpp"
+#include "gsync/cuda/launch.cuh"
 #include "gsync/cuda/runtime.hpp"
 
 namespace gsync::cuda {
@@ -41,6 +43,19 @@ __global__ __launch_bounds__(512) __attribute__((visibility("hidden"))) void ipc
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   ipc_reduce_any<T>(src, dst, n, s, op, tid, stride);
+}
+
+/// dst = reduction of the sources under the user's operator, finalized when `Finalize`: the
+/// kernel of `ipc_user_reduction` (below), instantiated in the .cu file that calls the collective.
+template <class T, class Op, bool Finalize>
+__global__ __launch_bounds__(512) __attribute__((visibility("hidden"))) void ipc_user_reduce_kernel(ipc_sources src, T* dst, std::size_t n,
+                                                                                                 split_plan s, Op op,
+                                                                                                 const std::uint64_t* cancel) {
+  if (ipc_cancelled(cancel)) return;
+  const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  if constexpr (Finalize) ipc_reduce_share<T>(src, dst, n, s, op, tid, stride);
+  else ipc_reduce_share<T>(src, dst, n, s, combine_only<Op>{op}, tid, stride);
 }
 
 /// dst = src, 16 bytes per thread and step where both are 16-byte aligned, else byte by byte.
@@ -80,15 +95,32 @@ class cuda_ipc_kernels final : public ipc_kernels {
       T* d = static_cast<T*>(dst);
       const split_plan sp = ipc_split(src, d, count);
       const std::size_t work = std::max<std::size_t>(sp.packs, count - sp.packs * pack_elems<T>);
-      detail::ipc_reduce_kernel<T><<<detail::ipc_grid_for(work), 512, 0, s>>>(src, d, count, sp, op, cancel);
+      launch("IPC reduce kernel launch", detail::ipc_reduce_kernel<T>, detail::ipc_grid_for(work), 512, s, src, d, count, sp, op, cancel);
     });
-    check(cudaGetLastError(), "IPC reduce kernel launch");
   }
   void copy(void* dst, const void* src, std::size_t bytes, cuda_stream s, const std::uint64_t* cancel) override {
     if (bytes == 0) return;
-    detail::ipc_copy_kernel<<<detail::ipc_grid_for((bytes + 15) / 16), 512, 0, s>>>(static_cast<unsigned char*>(dst),
-                                                                                  static_cast<const unsigned char*>(src), bytes, cancel);
-    check(cudaGetLastError(), "IPC copy kernel launch");
+    launch("IPC copy kernel launch", detail::ipc_copy_kernel, detail::ipc_grid_for((bytes + 15) / 16), 512, s, static_cast<unsigned char*>(dst),
+           static_cast<const unsigned char*>(src), bytes, cancel);
+  }
+};
+
+/// The IPC reduction of a user operator (cuda/ipc_api.hpp): its kernel, with the operator inlined,
+/// is compiled in the .cu file that includes this header, so the operator runs on the GPU.
+template <class T, class Op>
+  requires(!ipc_op_of<Op>().has_value())
+struct ipc_user_reduction<T, Op> {
+  static_assert(std::is_trivially_copyable_v<Op>, "a user operator on device buffers is passed to a kernel: it must be trivially copyable");
+  /// Queues the reduction (see `ipc_user_reduction` in cuda/ipc_api.hpp).
+  static void queue(const void* op, const ipc_sources& src, void* dst, std::size_t count, bool finalize, cuda_stream s,
+                    const std::uint64_t* cancel) {
+    if (count == 0) return;
+    T* d = static_cast<T*>(dst);
+    const split_plan sp = ipc_split(src, d, count);
+    const unsigned grid = detail::ipc_grid_for(std::max<std::size_t>(sp.packs, count - sp.packs * pack_elems<T>));
+    const Op& o = *static_cast<const Op*>(op);
+    if (finalize) launch("IPC reduce kernel launch (user operator)", detail::ipc_user_reduce_kernel<T, Op, true>, grid, 512, s, src, d, count, sp, o, cancel);
+    else launch("IPC reduce kernel launch (user operator)", detail::ipc_user_reduce_kernel<T, Op, false>, grid, 512, s, src, d, count, sp, o, cancel);
   }
 };
 

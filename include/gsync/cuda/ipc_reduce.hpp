@@ -52,6 +52,17 @@ GSYNC_HD inline void ipc_reduce_share(const ipc_sources& src, T* dst, std::size_
   for (std::size_t i = s.head + s.packs * P + first; i < n; i += stride) dst[i] = ipc_combine_at<T>(src, i, op);
 }
 
+/// `Op` without its finalize: a level that only combines (the hierarchical allreduce inside a host).
+/// \tparam Op a reduction operator.
+template <class Op>
+struct combine_only {
+  Op op;  ///< the operator
+  template <class A>
+  GSYNC_HD constexpr A operator()(A a, A b) const {
+    return op(a, b);
+  }
+};
+
 /// The split of a reduction into `dst` from `src`.
 template <class T>
 GSYNC_HD inline split_plan ipc_split(const ipc_sources& src, const T* dst, std::size_t n) noexcept {

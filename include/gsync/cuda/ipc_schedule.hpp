@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// The CUDA IPC collectives as work queued on the caller's stream (no host thread in the loop; the
-/// watchdog in cuda/ipc_group.hpp only observes). Element types and operators are run-time values:
-/// only the reduction kernel (cuda/ipc_api.hpp) touches elements.
+/// watchdog in cuda/ipc_group.hpp only observes). Element types are run-time values: only the
+/// reduction (`ipc_reduction`, cuda/ipc_api.hpp: the installed kernels, or a user operator's kernel
+/// compiled in the caller's .cu file) touches elements.
 ///
 /// How chunks move. A message is cut into chunks that fit one arena slot; chunk k is step g of the
 /// group (steps count chunks of every operation, in the same order on every rank) and uses slot
@@ -122,7 +123,7 @@ class stepper {
   std::uint64_t step_ = 0, first_ = 0;
 };
 
-inline std::uint64_t signature(collective c, dtype t, ipc_op op, std::size_t count, int root, schedule sch) noexcept {
+inline std::uint64_t signature(collective c, dtype t, std::uint8_t op, std::size_t count, int root, schedule sch) noexcept {
   std::uint64_t h = mix(static_cast<std::uint64_t>(c), static_cast<std::uint64_t>(t));
   h = mix(h, static_cast<std::uint64_t>(op));
   h = mix(h, count);
@@ -136,11 +137,11 @@ inline const std::byte* at(const void* p, std::size_t bytes) noexcept { return s
 }  // namespace detail
 
 /// Queues an allreduce of `count` elements of `t` from `in` to `out` (may be equal) on `s`.
-inline step_range allreduce(group& g, ipc_kernels& k, const void* in, void* out, std::size_t count, dtype t, ipc_op op, schedule sch,
+inline step_range allreduce(group& g, const ipc_reduction& red, const void* in, void* out, std::size_t count, dtype t, schedule sch,
                             cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(g.size());
   const std::size_t per = chunk_elems(g.layout().slot_bytes, e);
-  detail::stepper st(g, s, limit, detail::signature(collective::allreduce, t, op, count, -1, sch));
+  detail::stepper st(g, s, limit, detail::signature(collective::allreduce, t, red.code(), count, -1, sch));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -151,12 +152,12 @@ inline step_range allreduce(group& g, ipc_kernels& k, const void* in, void* out,
     src.n = g.size();
     if (sch == schedule::one_shot) {
       for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot;
-      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
+      red(src, detail::at(out, ch.first * e), ch.count, true, s, g.cancel_word());
     } else {
       const range mine = slice(ch.count, g.size(), g.rank(), e);
       if (mine.count) {
         for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot + mine.first * e;
-        k.reduce(src, g.arena(g.rank()) + slot + mine.first * e, mine.count, t, op, s, g.cancel_word());
+        red(src, g.arena(g.rank()) + slot + mine.first * e, mine.count, true, s, g.cancel_word());
       }
       st.signal(&control_page::reduced);
       st.wait_all(&control_page::reduced);
@@ -172,11 +173,11 @@ inline step_range allreduce(group& g, ipc_kernels& k, const void* in, void* out,
 
 /// Queues a reduce-scatter on `s`: `in` holds size() blocks of `count` elements; `out` (`count`
 /// elements) receives the reduction of block rank().
-inline step_range reduce_scatter(group& g, ipc_kernels& k, const void* in, void* out, std::size_t count, dtype t, ipc_op op,
+inline step_range reduce_scatter(group& g, const ipc_reduction& red, const void* in, void* out, std::size_t count, dtype t,
                                  cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(g.size());
   const std::size_t per = std::max<std::size_t>(1, chunk_elems(g.layout().slot_bytes, e) / n);
-  detail::stepper st(g, s, limit, detail::signature(collective::reduce_scatter, t, op, count, -1, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::reduce_scatter, t, red.code(), count, -1, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -188,7 +189,7 @@ inline step_range reduce_scatter(group& g, ipc_kernels& k, const void* in, void*
     src.n = g.size();
     for (std::size_t p = 0; p < n; ++p)
       src.p[p] = g.arena(static_cast<int>(p)) + slot + static_cast<std::size_t>(g.rank()) * ch.count * e;
-    k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
+    red(src, detail::at(out, ch.first * e), ch.count, true, s, g.cancel_word());
     st.signal(&control_page::done);
   }
   return st.finish();
@@ -199,7 +200,7 @@ inline step_range reduce_scatter(group& g, ipc_kernels& k, const void* in, void*
 inline step_range alltoall(group& g, const void* in, void* out, std::size_t count, dtype t, cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(g.size());
   const std::size_t per = std::max<std::size_t>(1, chunk_elems(g.layout().slot_bytes, e) / n);
-  detail::stepper st(g, s, limit, detail::signature(collective::alltoall, t, ipc_op::sum, count, -1, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::alltoall, t, std::uint8_t{0}, count, -1, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -221,7 +222,7 @@ inline step_range allgather(group& g, const void* in, void* out, std::size_t cou
                             std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t);
   const std::size_t per = chunk_elems(g.layout().slot_bytes, e);
-  detail::stepper st(g, s, limit, detail::signature(collective::allgather, t, ipc_op::sum, count, -1, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::allgather, t, std::uint8_t{0}, count, -1, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -239,7 +240,7 @@ inline step_range allgather(group& g, const void* in, void* out, std::size_t cou
 inline step_range broadcast(group& g, void* data, std::size_t count, dtype t, int root, cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t);
   const std::size_t per = chunk_elems(g.layout().slot_bytes, e);
-  detail::stepper st(g, s, limit, detail::signature(collective::broadcast, t, ipc_op::sum, count, root, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::broadcast, t, std::uint8_t{0}, count, root, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -256,11 +257,11 @@ inline step_range broadcast(group& g, void* data, std::size_t count, dtype t, in
 
 /// Queues a reduce of `count` elements from every rank's `in` into `root`'s `out` on `s` (`out`
 /// is only written on the root).
-inline step_range reduce(group& g, ipc_kernels& k, const void* in, void* out, std::size_t count, dtype t, ipc_op op, int root,
+inline step_range reduce(group& g, const ipc_reduction& red, const void* in, void* out, std::size_t count, dtype t, int root,
                          cuda_stream s, std::chrono::milliseconds limit) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(g.size());
   const std::size_t per = chunk_elems(g.layout().slot_bytes, e);
-  detail::stepper st(g, s, limit, detail::signature(collective::reduce, t, op, count, root, schedule::one_shot));
+  detail::stepper st(g, s, limit, detail::signature(collective::reduce, t, red.code(), count, root, schedule::one_shot));
   for (std::size_t c = 0, nc = chunks(count, per); c < nc; ++c) {
     const range ch = chunk(count, per, c);
     const std::size_t slot = st.begin(c);
@@ -271,7 +272,7 @@ inline step_range reduce(group& g, ipc_kernels& k, const void* in, void* out, st
       ipc_sources src;
       src.n = g.size();
       for (std::size_t p = 0; p < n; ++p) src.p[p] = g.arena(static_cast<int>(p)) + slot;
-      k.reduce(src, detail::at(out, ch.first * e), ch.count, t, op, s, g.cancel_word());
+      red(src, detail::at(out, ch.first * e), ch.count, true, s, g.cancel_word());
     }
     st.signal(&control_page::done);
   }

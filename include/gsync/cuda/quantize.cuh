@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "gsync/cuda/reduce.cuh"
+#include "gsync/cuda/launch.cuh"
 #include "gsync/cuda/runtime.hpp"
 #include "gsync/grad/quantize.hpp"
 
@@ -31,6 +32,7 @@ namespace detail {
 
 /// Threads per block of the encode kernel.
 inline constexpr int encode_threads = 256;
+static_assert(encode_threads % 32 == 0, "the encoder's max runs over whole 32-thread warps (__shfl_xor_sync with a full mask)");
 
 template <bool Residual>
 __global__ __launch_bounds__(encode_threads) __attribute__((visibility("hidden"))) void int8_encode_kernel(const float* g, float* r, std::size_t count,
@@ -99,10 +101,11 @@ inline void int8_encode(const float* g, float* residual, std::size_t count, std:
   const unsigned grid = static_cast<unsigned>(std::min<std::size_t>(blocks, static_cast<std::size_t>(std::max(1, multiprocessors())) * 16));
   const bool stochastic = mode == grad::rounding::stochastic;
   if (residual)
-    detail::int8_encode_kernel<true><<<grid, detail::encode_threads, 0, stream>>>(g, residual, count, block, stochastic, rng, first, scales, q);
+    launch("int8 encode kernel launch", detail::int8_encode_kernel<true>, grid, detail::encode_threads, stream, g, residual, count, block,
+           stochastic, rng, first, scales, q);
   else
-    detail::int8_encode_kernel<false><<<grid, detail::encode_threads, 0, stream>>>(g, nullptr, count, block, stochastic, rng, first, scales, q);
-  check(cudaGetLastError(), "int8 encode kernel launch");
+    launch("int8 encode kernel launch", detail::int8_encode_kernel<false>, grid, detail::encode_threads, stream, g, static_cast<float*>(nullptr),
+           count, block, stochastic, rng, first, scales, q);
 }
 
 /// Enqueues out[i] = q[i] * scales[i / block] (or out[i] += that, with `add`) for i < count.
@@ -111,9 +114,8 @@ inline void int8_decode(const float* scales, const std::int8_t* q, std::size_t c
   if (count == 0) return;
   if (block == 0) throw error(errc::invalid_argument, "cuda::int8_decode: block size 0");
   const unsigned grid = detail::grid_for(count);
-  if (add) detail::int8_decode_kernel<true><<<grid, detail::block_threads, 0, stream>>>(scales, q, count, block, out);
-  else detail::int8_decode_kernel<false><<<grid, detail::block_threads, 0, stream>>>(scales, q, count, block, out);
-  check(cudaGetLastError(), "int8 decode kernel launch");
+  if (add) launch("int8 decode kernel launch", detail::int8_decode_kernel<true>, grid, detail::block_threads, stream, scales, q, count, block, out);
+  else launch("int8 decode kernel launch", detail::int8_decode_kernel<false>, grid, detail::block_threads, stream, scales, q, count, block, out);
 }
 
 }  // namespace gsync::cuda

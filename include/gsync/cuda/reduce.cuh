@@ -26,6 +26,7 @@
 
 #include "gsync/core/reduce.hpp"
 #include "gsync/cuda/packs.hpp"
+#include "gsync/cuda/launch.cuh"
 #include "gsync/cuda/runtime.hpp"
 
 namespace gsync::cuda {
@@ -64,8 +65,8 @@ void reduce(T* dst, const T* a, const T* b, std::size_t n, const Op& op, int wor
   const void* ptrs[3] = {dst, a, b};
   const split_plan s = split(ptrs, 3, n, sizeof(T));
   const std::size_t work = std::max<std::size_t>(s.packs, n - s.packs * pack_elems<T>);
-  detail::reduce_kernel<Final><<<detail::grid_for(work), detail::block_threads, 0, stream>>>(dst, a, b, n, s, op, world);
-  check(cudaGetLastError(), "reduce kernel launch");
+  launch("reduce kernel launch", detail::reduce_kernel<Final, T, Op>, detail::grid_for(work), detail::block_threads, stream, dst, a, b, n, s, op,
+         world);
 }
 
 }  // namespace gsync::cuda

@@ -274,18 +274,7 @@ class device_state final : public gate_owner {
   /// value, the start event and the hold of `s`. `limit` bounds a host-polled wait (see
   /// runtime_api::wait_word).
   closed_gate close_gate(cuda_stream s, std::chrono::milliseconds limit) {
-    const int users = api_.current_device();  // the caller's thread: its current device is put back
-    if (users != device_) api_.set_device(device_);
-    struct restore {
-      runtime_api& api;
-      int device, users;
-      ~restore() {
-        if (users != device) try {
-            api.set_device(users);
-          } catch (...) {
-          }
-      }
-    } put_back{api_, device_, users};
+    const device_guard on_device(api_, device_);  // the caller's thread: its current device is put back
     closed_gate g{0, nullptr, stream_hold(device_)};
     g.value = ++issued_;
     g.start = take_event();

@@ -45,11 +45,8 @@ inline constexpr cuda::ipc::schedule ipc_schedule_of = std::is_same_v<A, algo::t
 /// IPC state is `st`; empty when it can.
 template <class A, class T, class Op>
 std::string ipc_refusal(const ipc_state* st) {
-  if constexpr (!ipc_element<T>) {
-    return "its kernels have no element type " + std::string(name(dtype_of<T>));
-  } else if constexpr (!cuda::ipc_op_of<Op>().has_value()) {
-    return "its kernels have no user operator (" + std::string(op_name<Op>()) +
-           "; the automatic algorithm runs it on host staging)";
+  if constexpr (!ipc_reducible<T, Op>) {
+    return ipc_kernel_gap<T, Op>();
   } else {
     if (!st || !st->group) return "CUDA IPC does not apply to this communicator: " + (st ? st->refusal : std::string("it failed"));
     if (A::across_hosts_only && !st->across_hosts)
@@ -64,7 +61,7 @@ std::string ipc_refusal(const ipc_state* st) {
 /// Launches device algorithm `A` (checked runnable) from `in` to `out` on `s`; `how` says why it
 /// runs, for the log.
 template <class A, class X, class T, class Op>
-  requires(ipc_element<T> && cuda::ipc_op_of<Op>().has_value())
+  requires ipc_reducible<T, Op>
 request ipc_allreduce_launch(communicator<X>& comm, std::shared_ptr<ipc_state> st, const T* in, T* out, std::size_t count,
                              const Op& op, cuda_stream s, const std::string& how) {
   if constexpr (A::across_hosts_only) {
@@ -73,8 +70,8 @@ request ipc_allreduce_launch(communicator<X>& comm, std::shared_ptr<ipc_state> s
     cuda::ipc::group* g = st->group.get();
     ipc_log_shape(comm, device_shape<T>("allreduce", count, op_name<Op>()), std::string(A::name) + ": " + how);
     return ipc_launch(comm, std::move(st), "allreduce", s, [&](std::chrono::milliseconds limit) {
-      return cuda::ipc::allreduce(*g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, *cuda::ipc_op_of<Op>(), ipc_schedule_of<A>, s,
-                                  limit);
+      cuda::ipc_reduction::builtin_args b;
+      return cuda::ipc::allreduce(*g, ipc_reduction_of<T>(op, b), in, out, count, dtype_of<T>, ipc_schedule_of<A>, s, limit);
     });
   }
 }
@@ -85,13 +82,13 @@ template <class A, class X, class T, class Op>
 request forced_ipc_allreduce(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s,
                              const std::string& by) {
   std::shared_ptr<ipc_state> st;
-  if constexpr (ipc_element<T> && cuda::ipc_op_of<Op>().has_value()) {
+  if constexpr (ipc_reducible<T, Op>) {
     st = ipc_state_of(comm);  // collective, the same decision on every rank
     if (!st && comm.broken()) comm.engine().throw_broken();
   }
   if (std::string why = ipc_refusal<A, T, Op>(st.get()); !why.empty())
     throw error(errc::invalid_argument, "allreduce of device buffers: " + std::string(A::name) + " (forced by " + by + ") cannot run: " + why);
-  if constexpr (ipc_element<T> && cuda::ipc_op_of<Op>().has_value())
+  if constexpr (ipc_reducible<T, Op>)
     return ipc_allreduce_launch<A>(comm, std::move(st), in, out, count, op, s, "forced by " + by);
   else
     return {};  // not reached: ipc_refusal names the type or the operator
@@ -99,7 +96,7 @@ request forced_ipc_allreduce(communicator<X>& comm, const T* in, T* out, std::si
 
 /// The automatic choice over CUDA IPC where the communicator's group serves it (`st->group`).
 template <class X, class T, class Op>
-  requires(ipc_element<T> && cuda::ipc_op_of<Op>().has_value())
+  requires ipc_reducible<T, Op>
 request automatic_ipc_allreduce(communicator<X>& comm, std::shared_ptr<ipc_state> st, const T* in, T* out, std::size_t count,
                                 const Op& op, cuda_stream s) {
   const int hosts = st->across_hosts ? static_cast<int>(st->cross.size()) : 1;

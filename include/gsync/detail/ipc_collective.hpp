@@ -9,8 +9,10 @@
 ///
 /// Whether a communicator's device collectives use CUDA IPC is decided once, collectively, at its
 /// first eligible device collective (detail/ipc_setup.hpp); otherwise they use host staging
-/// (detail/device_collective.hpp). Eligible: the automatic algorithm, a built-in element type and
-/// a built-in operator (user functors stay on staging, whose host schedule runs them).
+/// (detail/device_collective.hpp). Eligible: the automatic algorithm (or a forced device one,
+/// detail/ipc_allreduce.hpp), a built-in element type, and a built-in operator or a user operator
+/// whose kernel this file compiled (nvcc: `cuda::ipc_user_reduction`); in a .cpp file a user
+/// operator stays on staging, whose host schedule runs it, and INFO says so.
 
 #include <chrono>
 #include <memory>
@@ -32,6 +34,7 @@
 #include "gsync/cuda/ipc_group.hpp"
 #include "gsync/cuda/ipc_schedule.hpp"
 #include "gsync/cuda/stream_holds.hpp"
+#include "gsync/detail/collective.hpp"
 
 namespace gsync::detail {
 
@@ -59,13 +62,15 @@ std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm);
 template <class T>
 concept ipc_element = requires { detail::dtype_map<std::remove_cv_t<T>>::value; };
 
+/// True when the IPC kernels can reduce `T` under `Op`: a built-in operator, or a user operator
+/// whose kernel this translation unit compiled (cuda/ipc_kernels.cuh under nvcc).
+template <class T, class Op>
+concept ipc_reducible = ipc_element<T> && (cuda::ipc_op_of<Op>().has_value() || cuda::has_ipc_user_reduction<T, Op>);
+
 /// Whether a device collective with algorithm policy `Algo`, elements `T` and operator `Op` may
 /// run over CUDA IPC.
 template <class Algo, class T, class Op>
-inline constexpr bool ipc_eligible = [] {
-  if constexpr (!std::is_same_v<Algo, algo::automatic> || !ipc_element<T>) return false;
-  else return cuda::ipc_op_of<Op>().has_value();
-}();
+inline constexpr bool ipc_eligible = std::is_same_v<Algo, algo::automatic> && ipc_reducible<T, Op>;
 
 /// The watching job of one IPC operation (see the file comment).
 struct ipc_job {
@@ -148,6 +153,30 @@ request ipc_launch(communicator<X>& comm, std::shared_ptr<ipc_state> st, const c
 inline cuda::ipc_kernels& ipc_kernels_in_use() {
   if (auto* k = cuda::installed_ipc_kernels()) return *k;
   throw error(errc::cuda, "device collective over CUDA IPC: the IPC kernels were uninstalled after the group formed");
+}
+
+/// The element pass of a `T` reduction under `op` over CUDA IPC; `b` receives a built-in
+/// operator's arguments and, like `op`, must outlive the result.
+template <class T, class Op>
+  requires ipc_reducible<T, Op>
+cuda::ipc_reduction ipc_reduction_of(const Op& op, cuda::ipc_reduction::builtin_args& b) {
+  if constexpr (cuda::ipc_op_of<Op>().has_value()) {
+    b = {&ipc_kernels_in_use(), dtype_of<T>, *cuda::ipc_op_of<Op>()};
+    return cuda::ipc_reduction::builtin(b);
+  } else {
+    return cuda::ipc_reduction::user<T, Op>(op);
+  }
+}
+
+/// Why a device collective of `T` under `Op` cannot run over CUDA IPC, for logs; empty when it can.
+template <class T, class Op>
+std::string ipc_kernel_gap() {
+  if constexpr (!ipc_element<T>) return "the CUDA IPC kernels have no element type " + std::string(name(dtype_of<T>));
+  else if constexpr (!ipc_reducible<T, Op>)
+    return "user operator " + std::string(op_name<Op>()) +
+           ": this file was not compiled by nvcc, so no GPU kernel of it exists (call the collective from a .cu file to run it on "
+           "the GPU over CUDA IPC)";
+  else return {};
 }
 
 /// "name(f32, 1024, sum)": a device operation's shape, for logs.

@@ -101,8 +101,9 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
   (void)prepared_device_state(comm);
   const std::size_t bytes = count * sizeof(T);
   const auto form = cuda::ipc::choose_form(bytes, g.size());
-  // Inside the host the kernels only combine; avg divides once, across hosts.
-  const cuda::ipc_op inner = *cuda::ipc_op_of<Op>() == cuda::ipc_op::avg ? cuda::ipc_op::sum : *cuda::ipc_op_of<Op>();
+  // Inside the host the kernels only combine; avg (or a user operator's finalize) divides once, across hosts.
+  cuda::ipc_reduction::builtin_args b;
+  const cuda::ipc_reduction inner = ipc_reduction_of<T>(op, b).unfinalized();
   const int hosts = static_cast<int>(st->cross.size());
   if (comm.log().enabled(log_level::info)) {
     // The level across hosts chooses its schedule per staging window (cross_host_allreduce_run).
@@ -120,12 +121,12 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
     const auto sch = inside.id == algo::device_allreduce_registry::id_of<algo::two_shot>() ? cuda::ipc::schedule::two_shot
                                                                                             : cuda::ipc::schedule::one_shot;
     (void)ipc_launch(comm, st, "allreduce", s, [&](std::chrono::milliseconds limit) {
-      return cuda::ipc::allreduce(g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, inner, sch, s, limit);
+      return cuda::ipc::allreduce(g, inner, in, out, count, dtype_of<T>, sch, s, limit);
     });
     return cross_host_launch(comm, st, out, cuda::ipc::range{0, count}, count, op, s);
   }
   (void)ipc_launch(comm, st, "allreduce", s, [&](std::chrono::milliseconds limit) {
-    return cuda::ipc::reduce_scatter_parts(g, ipc_kernels_in_use(), in, out, count, dtype_of<T>, inner, s, limit);
+    return cuda::ipc::reduce_scatter_parts(g, inner, in, out, count, dtype_of<T>, s, limit);
   });
   (void)cross_host_launch(comm, st, out, cuda::ipc::part(count, g.size(), g.rank(), sizeof(T)),
                           cuda::ipc::part(count, g.size(), 0, sizeof(T)).count, op, s);

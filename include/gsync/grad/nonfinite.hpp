@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gsync/core/dtype.hpp"
+#include "gsync/core/exact_fp.hpp"
 #include "gsync/core/half.hpp"
 #include "gsync/core/half_simd.hpp"
 
@@ -58,7 +59,7 @@ GSYNC_HD inline std::uint32_t nonfinite_bit(float v) noexcept {
 /// One element of the fused unpack: To(float(v) * factor) (the device kernels use it too).
 template <class From, class To>
 GSYNC_HD inline To unpack_one(From v, float factor) noexcept {
-  return from_f<To>(to_f(v) * factor);
+  return from_f<To>(gsync::detail::rn_mul(to_f(v), factor));
 }
 }  // namespace detail
 

@@ -38,6 +38,7 @@
 #include <limits>
 
 #include "gsync/core/cpu_features.hpp"
+#include "gsync/core/exact_fp.hpp"
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::grad {
@@ -76,7 +77,7 @@ struct counter_rng {
   }
   /// A uniform float in [0, 1) with 24 random bits, for counter `i`.
   [[nodiscard]] GSYNC_HD constexpr float uniform(std::uint64_t i) const noexcept {
-    return static_cast<float>(static_cast<std::uint32_t>(bits(i) >> 40)) * 0x1p-24f;
+    return gsync::detail::rn_mul(static_cast<float>(static_cast<std::uint32_t>(bits(i) >> 40)), 0x1p-24f);
   }
 };
 
@@ -93,30 +94,13 @@ inline constexpr float negligible_amax = 0x1p-100f;
 namespace detail {
 // One element of each pass, shared by the host loops below and the device kernels
 // (cuda/quantize.cuh), so both give the same bits. On the device each product and sum is rounded
-// on its own (__fmul_rn, __fadd_rn: nvcc would otherwise fuse them into one FMA, which rounds
-// once); a host build must not contract them either (no -ffp-contract=fast with an FMA target).
+// on its own, whatever nvcc's flags (core/exact_fp.hpp: nvcc would otherwise fuse them into one
+// FMA, which rounds once, or flush subnormals under -ftz=true); a host build must not contract
+// them either (no -ffp-contract=fast with an FMA target).
 
-GSYNC_HD inline float mul_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-GSYNC_HD inline float add_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-GSYNC_HD inline float sub_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+GSYNC_HD inline float mul_rn(float a, float b) noexcept { return gsync::detail::rn_mul(a, b); }
+GSYNC_HD inline float add_rn(float a, float b) noexcept { return gsync::detail::rn_add(a, b); }
+GSYNC_HD inline float sub_rn(float a, float b) noexcept { return gsync::detail::rn_sub(a, b); }
 
 /// The bit pattern of |x| (for non-negative floats the patterns order like the values, and
 /// every pattern >= Inf's is Inf or NaN).
@@ -126,7 +110,7 @@ GSYNC_HD inline std::uint32_t abs_bits(float x) noexcept { return gsync::detail:
 GSYNC_HD inline std::int8_t quantize_nearest_one(float x, float inv) noexcept {
   constexpr float magic = 0x1.8p23f;  // adding it rounds |v| < 2^22 to an integer (ties to even)
   const float v = sub_rn(add_rn(mul_rn(x, inv), magic), magic);  // |x * inv| <= 127 up to rounding
-  std::int32_t k = static_cast<std::int32_t>(v);
+  std::int32_t k = gsync::detail::trunc_to_int(v);
   k = k < -127 ? -127 : k;  // clamping the integers (not the floats) keeps the loops branch-free
   k = k > 127 ? 127 : k;
   return static_cast<std::int8_t>(k);
@@ -135,8 +119,8 @@ GSYNC_HD inline std::int8_t quantize_nearest_one(float x, float inv) noexcept {
 /// clamp(floor(x * inv + u), -127, 127).
 GSYNC_HD inline std::int8_t quantize_stochastic_one(float x, float inv, float u) noexcept {
   const float t = add_rn(mul_rn(x, inv), u);      // in [-127, 128) up to rounding
-  std::int32_t k = static_cast<std::int32_t>(t);  // truncation toward zero ...
-  k -= static_cast<float>(k) > t ? 1 : 0;         // ... corrected to floor for negatives
+  std::int32_t k = gsync::detail::trunc_to_int(t);                   // truncation toward zero ...
+  k -= gsync::detail::ordered_less(t, static_cast<float>(k)) ? 1 : 0;  // ... corrected to floor for negatives
   k = k < -127 ? -127 : k;
   k = k > 127 ? 127 : k;  // t may round up to 128.0f
   return static_cast<std::int8_t>(k);
@@ -222,8 +206,8 @@ namespace detail {
 GSYNC_HD inline block_scale scale_from_bits(std::uint32_t m) noexcept {
   if (m >= 0x7f800000u) return {gsync::detail::bit_cast<float>(0x7fc00000u), 0.0f, false};  // a quiet NaN
   const float amax = gsync::detail::bit_cast<float>(m);
-  if (amax < negligible_amax) return {0.0f, 0.0f, true};
-  return {amax / 127.0f, 127.0f / amax, true};
+  if (gsync::detail::ordered_less(amax, negligible_amax)) return {0.0f, 0.0f, true};
+  return {gsync::detail::rn_div(amax, 127.0f), gsync::detail::rn_div(127.0f, amax), true};
 }
 }  // namespace detail
 
