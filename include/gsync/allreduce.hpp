@@ -120,6 +120,8 @@ void check_allreduce(std::span<const T> in, std::span<T> out) {
     throw error(errc::invalid_argument, "allreduce: input and output overlap partially (use the same buffer for in place)");
 }
 
+inline namespace GSYNC_TU_NS {  // may use a user operator's GPU kernel (detail/hd.hpp)
+
 /// Launches an allreduce of device buffers on stream `s` (in == out: in place): over CUDA IPC
 /// (detail/ipc_allreduce.hpp says which algorithm), or the host schedule in place on one pinned
 /// mirror, filled from `in` and copied back to `out`.
@@ -142,6 +144,10 @@ request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t
           log_staged_allreduce<T>(comm, count, op_name<Op>(), ipc_kernel_gap<T, Op>());
         }
       } else {
+        (void)algo::parse_allreduce(forced, "GSYNC_ALGO");  // an unknown name fails here, at the call
+        if (comm.first_time("GSYNC_ALGO on device buffers"))
+          comm.log().warn("GSYNC_ALGO=" + forced + " is a host algorithm: device allreduces run it through host staging, not CUDA IPC "
+                          "(GSYNC_ALGO=one_shot, two_shot or hierarchical_ipc force a device one)");
         log_staged_allreduce<T>(comm, count, op_name<Op>(), "GSYNC_ALGO=" + forced + " names a host algorithm");
       }
     } else {
@@ -157,6 +163,7 @@ request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t
   }
 }
 
+}  // namespace GSYNC_TU_NS
 }  // namespace detail
 
 /// Out-of-place allreduce: out[i] = op over ranks of in[i]. `in` and `out` have the same size on
@@ -199,6 +206,8 @@ request allreduce_async(communicator<X>& comm, std::span<T> data, Op op = {}) {
   detail::check_extent("allreduce", "data", data.size(), sizeof(T));
   return detail::allreduce_issue<Algo, memory_space_of_t<decltype(data)>>(comm, data.data(), data.data(), data.size(), op);
 }
+
+inline namespace GSYNC_TU_NS {  // the device overloads (detail/hd.hpp)
 
 /// In-place allreduce of device memory, ordered on CUDA stream `stream` (NCCL's contract): returns
 /// once the work is queued; later work on `stream` sees data[i] = op over ranks of data[i]. The
@@ -243,6 +252,7 @@ request allreduce_async(communicator<X>& comm, device_span<const std::type_ident
   return detail::allreduce_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
 }
 
+}  // namespace GSYNC_TU_NS
 }  // namespace gsync
 
 #if defined(GSYNC_SEPARATE_COMPILATION)

@@ -110,6 +110,7 @@ request reduce_async(communicator<X>& comm, std::span<const std::type_identity_t
 }
 
 namespace detail {
+inline namespace GSYNC_TU_NS {  // may use a user operator's GPU kernel (detail/hd.hpp)
 /// Launches a reduce of device buffers on `s`: every rank copies its input in; the root copies the
 /// result out. The host schedule runs on mirrors of both.
 template <class Algo, class X, class T, class Op>
@@ -133,7 +134,10 @@ request reduce_device(communicator<X>& comm, const T* in, T* out, std::size_t co
     };
   });
 }
+}  // namespace GSYNC_TU_NS
 }  // namespace detail
+
+inline namespace GSYNC_TU_NS {  // the device overloads (detail/hd.hpp)
 
 /// Reduce of device memory to `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
 /// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
@@ -157,6 +161,8 @@ request reduce_async(communicator<X>& comm, device_span<const std::type_identity
   detail::check_reduce<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()), root);
   return detail::reduce_device<Algo>(comm, in.data(), out.data(), in.size(), op, root, stream);
 }
+
+}  // namespace GSYNC_TU_NS
 
 }  // namespace gsync
 

@@ -111,6 +111,7 @@ request reduce_scatter_async(communicator<X>& comm, std::span<const std::type_id
 }
 
 namespace detail {
+inline namespace GSYNC_TU_NS {  // may use a user operator's GPU kernel (detail/hd.hpp)
 /// Launches a reduce_scatter of device buffers on `s`: the host schedule on mirrors of the input
 /// (N blocks, windowed alike) and of the output.
 template <class Algo, class X, class T, class Op>
@@ -134,7 +135,10 @@ request reduce_scatter_device(communicator<X>& comm, const T* in, T* out, std::s
     };
   });
 }
+}  // namespace GSYNC_TU_NS
 }  // namespace detail
+
+inline namespace GSYNC_TU_NS {  // the device overloads (detail/hd.hpp)
 
 /// Reduce-scatter of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
 /// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
@@ -157,6 +161,8 @@ request reduce_scatter_async(communicator<X>& comm, device_span<const std::type_
   detail::check_reduce_scatter<X, T>(comm, std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()));
   return detail::reduce_scatter_device<Algo>(comm, in.data(), out.data(), out.size(), op, stream);
 }
+
+}  // namespace GSYNC_TU_NS
 
 }  // namespace gsync
 

@@ -104,8 +104,9 @@ class runtime_api {
   /// Lets the current device read and write device `peer`'s memory directly
   /// (cudaDeviceEnablePeerAccess): ranks of one process on two GPUs use each other's arenas by
   /// pointer. False when the two GPUs have no peer path (cudaDeviceCanAccessPeer); enabled
-  /// before counts as done.
-  virtual bool enable_peer_access(int peer) = 0;
+  /// before counts as done. The default (a runtime that cannot) answers false: such ranks keep
+  /// to host staging.
+  virtual bool enable_peer_access(int peer) { return peer == current_device(); }
   /// Maps a peer process's allocation into this process (cudaIpcOpenMemHandle with lazy peer
   /// access); throws `errc::cuda` with CUDA's reason when it cannot.
   virtual void* ipc_open(const ipc_handle& h) = 0;

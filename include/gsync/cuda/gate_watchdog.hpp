@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "gsync/core/error.hpp"
 #include "gsync/core/request.hpp"
 
@@ -52,12 +54,22 @@ class gate_watchdog {
   /// timeout is `limit`: it fires once the engine has made no progress for `limit` plus a margin
   /// (a quarter of it and a second, so that the engine's own failure path, which names the peer
   /// it waited for, normally comes first).
+  /// Never throws: where the thread or the entry cannot be made, the gate goes unwatched (as
+  /// before this watchdog) rather than failing an operation whose tickets are already taken.
+  /// A new entry is due no earlier than the thread's next wake-up (at most a second away), so it
+  /// is not woken.
   void watch(std::weak_ptr<gate_owner> owner, std::uint64_t value, std::shared_ptr<gsync::detail::engine_shared> eng,
-             std::chrono::milliseconds limit, std::string what) {
-    std::lock_guard lk(m_);
-    entries_.push_back(entry{std::move(owner), value, std::move(eng), limit + limit / 4 + std::chrono::seconds(1), clock::now(), std::move(what)});
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-    cv_.notify_one();
+             std::chrono::milliseconds limit, std::string what) noexcept {
+    try {
+      std::lock_guard lk(m_);
+      entries_.push_back(entry{std::move(owner), value, std::move(eng), limit + limit / 4 + std::chrono::seconds(1), clock::now(), std::move(what)});
+      if (thread_ && pid_ != ::getpid()) thread_ = nullptr;  // a forked child: the parent's thread is not here (its object is leaked)
+      if (!thread_) {
+        thread_ = new std::thread([this] { loop(); });
+        pid_ = ::getpid();
+      }
+    } catch (...) {
+    }
   }
 
   /// Gates watched now (tests).
@@ -72,7 +84,10 @@ class gate_watchdog {
       stop_ = true;
       cv_.notify_one();
     }
-    if (thread_.joinable()) thread_.join();
+    if (thread_ && pid_ == ::getpid()) {
+      thread_->join();
+      delete thread_;
+    }
   }
 
  private:
@@ -94,9 +109,12 @@ class gate_watchdog {
       const auto now = clock::now();
       auto next = now + std::chrono::seconds(1);  // also drops entries whose gates opened
       std::vector<std::pair<std::shared_ptr<gate_owner>, entry>> fire;
+      // Owners are released only after the lock: the last reference may destroy one, which waits.
+      std::vector<std::shared_ptr<gate_owner>> seen;
       for (std::size_t i = 0; i < entries_.size();) {
         entry& e = entries_[i];
         std::shared_ptr<gate_owner> o = e.owner.lock();
+        if (o) seen.push_back(o);
         if (!o || o->opened(e.value)) {
           entries_[i] = std::move(entries_.back());
           entries_.pop_back();
@@ -112,8 +130,9 @@ class gate_watchdog {
         }
         ++i;
       }
-      if (!fire.empty()) {
+      if (!fire.empty() || !seen.empty()) {
         lk.unlock();
+        seen.clear();
         for (auto& [o, e] : fire) {
           e.eng->mark_broken(errc::timeout, "device staging: " + e.what + " held its CUDA stream, and the communicator's engine made no "
                                                 "progress for " + std::to_string(e.allowed.count()) +
@@ -121,10 +140,12 @@ class gate_watchdog {
                                                 "with the output unspecified");
           o->abandon();
         }
+        const bool fired = !fire.empty();
         fire.clear();
         lk.lock();
-        continue;
+        if (fired) continue;
       }
+      if (stop_) break;
       cv_.wait_until(lk, next);
     }
   }
@@ -133,7 +154,8 @@ class gate_watchdog {
   std::condition_variable cv_;
   std::vector<entry> entries_;
   bool stop_ = false;
-  std::thread thread_;
+  std::thread* thread_ = nullptr;  // a pointer, so a forked child can leave the parent's alone
+  pid_t pid_ = 0;                  // the process that started it
 };
 
 }  // namespace gsync::cuda::detail

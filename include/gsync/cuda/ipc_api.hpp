@@ -19,6 +19,7 @@
 #include "gsync/core/dtype.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/device_span.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::cuda {
 
@@ -71,6 +72,8 @@ inline std::atomic<ipc_kernels*>& ipc_kernels_slot() noexcept {
 }
 }  // namespace detail
 
+inline namespace GSYNC_TU_NS {  // what this file can reduce (detail/hd.hpp)
+
 /// How the IPC reduction of elements `T` under a user operator `Op` is queued: a specialization
 /// with `static void queue(const void* op, const ipc_sources& src, void* dst, std::size_t count,
 /// bool finalize, cuda_stream s, const std::uint64_t* cancel)`, which queues on `s` what
@@ -88,6 +91,8 @@ concept has_ipc_user_reduction = requires(const void* op, const ipc_sources& src
                                           const std::uint64_t* cancel) {
   ipc_user_reduction<T, Op>::queue(op, src, dst, n, true, s, cancel);
 };
+
+}  // namespace GSYNC_TU_NS
 
 /// One IPC reduction's element pass as the schedules (cuda/ipc_schedule.hpp) queue it,
 /// non-templated: the installed kernels for a built-in operator (`builtin`), or the user's

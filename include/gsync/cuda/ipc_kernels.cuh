@@ -105,12 +105,15 @@ class cuda_ipc_kernels final : public ipc_kernels {
   }
 };
 
+inline namespace GSYNC_TU_NS {
+
 /// The IPC reduction of a user operator (cuda/ipc_api.hpp): its kernel, with the operator inlined,
 /// is compiled in the .cu file that includes this header, so the operator runs on the GPU.
+/// Only for trivially copyable operators (a kernel takes the operator by value); others stay on
+/// host staging.
 template <class T, class Op>
-  requires(!ipc_op_of<Op>().has_value())
+  requires(!ipc_op_of<Op>().has_value() && std::is_trivially_copyable_v<Op>)
 struct ipc_user_reduction<T, Op> {
-  static_assert(std::is_trivially_copyable_v<Op>, "a user operator on device buffers is passed to a kernel: it must be trivially copyable");
   /// Queues the reduction (see `ipc_user_reduction` in cuda/ipc_api.hpp).
   static void queue(const void* op, const ipc_sources& src, void* dst, std::size_t count, bool finalize, cuda_stream s,
                     const std::uint64_t* cancel) {
@@ -123,6 +126,8 @@ struct ipc_user_reduction<T, Op> {
     else launch("IPC reduce kernel launch (user operator)", detail::ipc_user_reduce_kernel<T, Op, false>, grid, 512, s, src, d, count, sp, o, cancel);
   }
 };
+
+}  // namespace GSYNC_TU_NS
 
 namespace detail {
 /// Installs the CUDA IPC kernels once per program, unless some are installed already.

@@ -16,6 +16,16 @@
 #define GSYNC_HD
 #endif
 
+/// The inline namespace of the templates whose meaning depends on whether nvcc compiles the file:
+/// a user operator's GPU kernel (cuda::ipc_user_reduction) exists only there, so the device
+/// collectives that may use it are distinct entities in .cu and .cpp files (as CUB tags its
+/// namespace), instead of one name with two definitions that the linker would merge.
+#if defined(__CUDACC__)
+#define GSYNC_TU_NS tu_nvcc
+#else
+#define GSYNC_TU_NS tu_host
+#endif
+
 namespace gsync::detail {
 
 /// std::bit_cast, callable from host and device code.

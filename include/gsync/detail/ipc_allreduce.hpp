@@ -26,13 +26,17 @@
 #include "gsync/cuda/ipc_schedule.hpp"
 #include "gsync/detail/ipc_collective.hpp"
 #include "gsync/detail/ipc_hierarchical.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
+inline namespace GSYNC_TU_NS {  // depends on what this file can reduce (detail/hd.hpp)
 
-/// The device model of `comm`'s settings (its arena slot sets the chunks).
-inline algo::ipc_cost_model ipc_model_of(const config& c) noexcept {
+
+/// The device model of group `g`: its arena slot (the smallest any rank asked for, the same on
+/// every rank) sets the chunks, so every rank makes the same choice.
+inline algo::ipc_cost_model ipc_model_of(const cuda::ipc::group& g) noexcept {
   algo::ipc_cost_model m;
-  m.slot_bytes = c.cuda_ipc.slot_bytes;
+  m.slot_bytes = g.layout().slot_bytes;
   return m;
 }
 
@@ -100,7 +104,7 @@ template <class X, class T, class Op>
 request automatic_ipc_allreduce(communicator<X>& comm, std::shared_ptr<ipc_state> st, const T* in, T* out, std::size_t count,
                                 const Op& op, cuda_stream s) {
   const int hosts = st->across_hosts ? static_cast<int>(st->cross.size()) : 1;
-  const auto ch = algo::choose_device_allreduce(count * sizeof(T), st->group->size(), hosts, ipc_model_of(comm.settings()),
+  const auto ch = algo::choose_device_allreduce(count * sizeof(T), st->group->size(), hosts, ipc_model_of(*st->group),
                                                 comm.settings().cuda_ipc.algo, st->network);
   const bool logging = comm.log().enabled(log_level::info);
   return algo::device_allreduce_registry::visit(ch.id, [&](auto a) {
@@ -116,4 +120,5 @@ void log_staged_allreduce(communicator<X>& comm, std::size_t count, std::string_
   if (comm.first_time(shape)) comm.log().info(shape + " -> host staging: " + why);
 }
 
+}  // namespace GSYNC_TU_NS
 }  // namespace gsync::detail

@@ -35,6 +35,7 @@
 #include "gsync/cuda/ipc_schedule.hpp"
 #include "gsync/cuda/stream_holds.hpp"
 #include "gsync/detail/collective.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
 
@@ -62,6 +63,8 @@ std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm);
 template <class T>
 concept ipc_element = requires { detail::dtype_map<std::remove_cv_t<T>>::value; };
 
+inline namespace GSYNC_TU_NS {  // depends on what this file can reduce (detail/hd.hpp)
+
 /// True when the IPC kernels can reduce `T` under `Op`: a built-in operator, or a user operator
 /// whose kernel this translation unit compiled (cuda/ipc_kernels.cuh under nvcc).
 template <class T, class Op>
@@ -71,6 +74,8 @@ concept ipc_reducible = ipc_element<T> && (cuda::ipc_op_of<Op>().has_value() || 
 /// run over CUDA IPC.
 template <class Algo, class T, class Op>
 inline constexpr bool ipc_eligible = std::is_same_v<Algo, algo::automatic> && ipc_reducible<T, Op>;
+
+}  // namespace GSYNC_TU_NS
 
 /// The watching job of one IPC operation (see the file comment).
 struct ipc_job {
@@ -155,6 +160,8 @@ inline cuda::ipc_kernels& ipc_kernels_in_use() {
   throw error(errc::cuda, "device collective over CUDA IPC: the IPC kernels were uninstalled after the group formed");
 }
 
+inline namespace GSYNC_TU_NS {
+
 /// The element pass of a `T` reduction under `op` over CUDA IPC; `b` receives a built-in
 /// operator's arguments and, like `op`, must outlive the result.
 template <class T, class Op>
@@ -178,6 +185,8 @@ std::string ipc_kernel_gap() {
            "the GPU over CUDA IPC)";
   else return {};
 }
+
+}  // namespace GSYNC_TU_NS
 
 /// "name(f32, 1024, sum)": a device operation's shape, for logs.
 template <class T>

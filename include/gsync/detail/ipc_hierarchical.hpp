@@ -39,6 +39,7 @@
 #include "gsync/detail/collective.hpp"
 #include "gsync/detail/device_collective.hpp"
 #include "gsync/detail/ipc_collective.hpp"
+#include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
 
@@ -91,6 +92,8 @@ request cross_host_launch(communicator<X>& comm, const std::shared_ptr<ipc_state
   });
 }
 
+inline namespace GSYNC_TU_NS {  // uses ipc_reduction_of (detail/hd.hpp)
+
 /// Launches the hierarchical device allreduce (see the file comment) from `in` to `out` (may be
 /// equal) on `s`; returns the request of its last level. `how` says why it runs (for the log).
 template <class X, class T, class Op>
@@ -116,7 +119,7 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
   }
   if (form == cuda::ipc::hier_form::two_level) {
     algo::ipc_cost_model m;
-    m.slot_bytes = comm.settings().cuda_ipc.slot_bytes;
+    m.slot_bytes = g.layout().slot_bytes;  // the group's, the same on every rank
     const auto inside = algo::choose_device_allreduce(bytes, g.size(), 1, m, comm.settings().cuda_ipc.algo);
     const auto sch = inside.id == algo::device_allreduce_registry::id_of<algo::two_shot>() ? cuda::ipc::schedule::two_shot
                                                                                             : cuda::ipc::schedule::one_shot;
@@ -134,5 +137,7 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
     return cuda::ipc::allgather_parts(g, out, count, dtype_of<T>, s, limit);
   });
 }
+
+}  // namespace GSYNC_TU_NS
 
 }  // namespace gsync::detail
