@@ -612,6 +612,12 @@ TEST_CASE("device allreduce algorithms: one_shot, two_shot forced by template ar
         refused(ipc_config(64 << 10, ""), [](auto& comm, auto d, auto s) { gsync::allreduce<algo::hierarchical_ipc>(comm, d, gsync::op::sum{}, s); });
     CHECK(w.find("every rank is on one host") != std::string::npos);
   }
+  SUBCASE("refused at the call: an unknown GSYNC_ALGO") {
+    gsync::config cfg = ipc_config(64 << 10, "");
+    cfg.algo = "ringg";
+    const std::string w = refused(cfg, [](auto& comm, auto d, auto s) { gsync::allreduce(comm, d, gsync::op::sum{}, s); });
+    CHECK(w.find("unknown allreduce algorithm 'ringg'") != std::string::npos);
+  }
   SUBCASE("refused: a device algorithm on host memory") {
     gsync_test::run_inproc(2, [&](auto& comm, auto&) {
       std::vector<float> v(10, 1.0f);
