@@ -300,7 +300,7 @@ inline std::optional<allreduce_id> cores_shared_table(std::size_t bytes, int wor
 /// segments and the hierarchical schedule's slice count as the schedules will run them.
 inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& local, std::string_view forced,
                                const topology* topo = nullptr, const cost_model* net = nullptr, std::size_t segment_bytes = 0) {
-  if (parse_device_allreduce(forced)) forced = {};  // GSYNC_ALGO forces device buffers only
+  if (!forced.empty() && parse_device_allreduce(forced)) forced = {};  // GSYNC_ALGO forces device buffers only
   choice c{allreduce_id_of<ring>, bytes, world, local.name, forced};
   c.model_declared = local.declared;
   if (auto f = parse_allreduce(forced, "GSYNC_ALGO")) return c.id = *f, c;

@@ -72,12 +72,6 @@ class gate_watchdog {
     }
   }
 
-  /// Gates watched now (tests).
-  std::size_t watched() const {
-    std::lock_guard lk(m_);
-    return entries_.size();
-  }
-
   ~gate_watchdog() {
     {
       std::lock_guard lk(m_);

@@ -122,14 +122,7 @@ class group {
             pr.opened = true;
             open_us_ = std::max(open_us_, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
           } else {
-            // Same process: a process cannot open its own handles. On another GPU, its memory is
-            // reached by pointer only with peer access enabled (else a kernel faults).
-            if (r.device.uuid != rec_.device.uuid) {
-              const device_guard on_device(api_, device_);
-              if (!api_.enable_peer_access(r.device.ordinal))
-                throw error(errc::cuda, "GPU " + field(rec_.device.pci_bus) + " cannot access GPU " + field(r.device.pci_bus) + " of " +
-                                            who(p) + " directly (cudaDeviceCanAccessPeer: no), which ranks of one process on two GPUs need");
-            }
+            enable_peer_access(api_, device_, rec_, r, who(p));  // same process: its pointer (it cannot open its own handles)
             pr.arena = reinterpret_cast<std::byte*>(r.address);
           }
         }

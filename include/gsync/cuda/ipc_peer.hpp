@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "gsync/bootstrap/host_id.hpp"
+#include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/ipc_api.hpp"
 
@@ -102,6 +103,17 @@ inline access_decision decide(const peer_record& me, const peer_record& peer) {
   if (me.device.uuid == peer.device.uuid && (me.device.compute_mode == 3 || peer.device.compute_mode == 3))
     return {peer_access::none, p + " shares GPU " + field(me.device.pci_bus) + " in exclusive-process compute mode"};
   return {peer_access::ipc, {}};
+}
+
+/// Before `me` (on `device`) uses the arena of `peer`, a rank of the same process, by pointer: on
+/// another GPU that needs peer access (else a kernel faults). Throws `errc::cuda` naming both GPUs
+/// where they have no peer path. \param who names the peer in messages.
+inline void enable_peer_access(runtime_api& api, int device, const peer_record& me, const peer_record& peer, const std::string& who) {
+  if (peer.device.uuid == me.device.uuid) return;
+  const device_guard on_device(api, device);
+  if (!api.enable_peer_access(peer.device.ordinal))
+    throw error(errc::cuda, "GPU " + field(me.device.pci_bus) + " cannot access GPU " + field(peer.device.pci_bus) + " of " + who +
+                                " directly (cudaDeviceCanAccessPeer: no), which ranks of one process on two GPUs need");
 }
 
 /// Whether the ranks of `all` (indexed by rank) form one IPC group: every pair can map each

@@ -32,19 +32,6 @@ namespace gsync::detail {
 inline namespace GSYNC_TU_NS {  // depends on what this file can reduce (detail/hd.hpp)
 
 
-/// The device model of group `g`: its arena slot (the smallest any rank asked for, the same on
-/// every rank) sets the chunks, so every rank makes the same choice.
-inline algo::ipc_cost_model ipc_model_of(const cuda::ipc::group& g) noexcept {
-  algo::ipc_cost_model m;
-  m.slot_bytes = g.layout().slot_bytes;
-  return m;
-}
-
-/// The schedule of a flat device algorithm (one host). \tparam A one_shot or two_shot.
-template <class A>
-inline constexpr cuda::ipc::schedule ipc_schedule_of = std::is_same_v<A, algo::two_shot> ? cuda::ipc::schedule::two_shot
-                                                                                             : cuda::ipc::schedule::one_shot;
-
 /// Why device algorithm `A` cannot run an allreduce of `T` with `Op` on a communicator whose CUDA
 /// IPC state is `st`; empty when it can.
 template <class A, class T, class Op>

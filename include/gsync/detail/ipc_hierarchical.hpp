@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "gsync/algo/registry.hpp"
@@ -42,6 +43,19 @@
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
+
+/// The device model of group `g`: its arena slot (the smallest any rank asked for, the same on
+/// every rank) sets the chunks, so every rank makes the same choice.
+inline algo::ipc_cost_model ipc_model_of(const cuda::ipc::group& g) noexcept {
+  algo::ipc_cost_model m;
+  m.slot_bytes = g.layout().slot_bytes;
+  return m;
+}
+
+/// The schedule of a flat device algorithm (one host). \tparam A one_shot or two_shot.
+template <class A>
+inline constexpr cuda::ipc::schedule ipc_schedule_of = std::is_same_v<A, algo::two_shot> ? cuda::ipc::schedule::two_shot
+                                                                                             : cuda::ipc::schedule::one_shot;
 
 /// The flat allreduce schedule with the lowest estimate for `bytes` over `world` ranks on model `m`.
 inline algo::allreduce_id cheapest_flat_allreduce(std::size_t bytes, int world, const cost_model& m) {
@@ -118,11 +132,8 @@ request hierarchical_allreduce_device(communicator<X>& comm, std::shared_ptr<ipc
                       " on windows of up to " + std::to_string(window) + " bytes through host staging)");
   }
   if (form == cuda::ipc::hier_form::two_level) {
-    algo::ipc_cost_model m;
-    m.slot_bytes = g.layout().slot_bytes;  // the group's, the same on every rank
-    const auto inside = algo::choose_device_allreduce(bytes, g.size(), 1, m, comm.settings().cuda_ipc.algo);
-    const auto sch = inside.id == algo::device_allreduce_registry::id_of<algo::two_shot>() ? cuda::ipc::schedule::two_shot
-                                                                                            : cuda::ipc::schedule::one_shot;
+    const auto inside = algo::choose_device_allreduce(bytes, g.size(), 1, ipc_model_of(g), comm.settings().cuda_ipc.algo);
+    const auto sch = algo::device_allreduce_registry::visit(inside.id, [](auto a) { return ipc_schedule_of<decltype(a)>; });
     (void)ipc_launch(comm, st, "allreduce", s, [&](std::chrono::milliseconds limit) {
       return cuda::ipc::allreduce(g, inner, in, out, count, dtype_of<T>, sch, s, limit);
     });
