@@ -56,8 +56,9 @@ def fmt_time(x):
 FILE_RE = re.compile(r"^(?P<tool>[A-Za-z0-9.-]+)_np(?P<np>\d+)_(?P<part>[^/]*)\.json$")
 
 
-def load_results(directory):
-    """{(tool, np): {bytes: {"time_us", "busbw", "algo", "wrong", "runs"}}} and the list of problems."""
+def load_results(directory, stat="best"):
+    """{(tool, np): {bytes: {"time_us", "busbw", "algo", "wrong", "runs"}}} and the list of problems.
+    Several runs of a size (--repeat) give one entry: the fastest (stat "best") or the median run."""
     results = {}
     problems = []
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
@@ -95,10 +96,24 @@ def load_results(directory):
                 wr = None
                 if cur["wrong"] is not None or wrong is not None:
                     wr = (cur["wrong"] or 0) + (wrong or 0)
+                cur.setdefault("all", [dict(cur)]).append(entry)
                 if entry["time_us"] < cur["time_us"]:
-                    cur.update(entry)
+                    cur.update({k: v for k, v in entry.items() if k != "all"})
                 cur["runs"] = runs
                 cur["wrong"] = wr
+    if stat == "median":
+        # The median run by time (the lower middle one for an even count), as measured.
+        for table in results.values():
+            for cur in table.values():
+                runs_ = sorted(cur.pop("all", [dict(cur)]), key=lambda e: e["time_us"])
+                mid = dict(runs_[(len(runs_) - 1) // 2])
+                mid["runs"], mid["wrong"] = cur["runs"], cur["wrong"]
+                cur.clear()
+                cur.update(mid)
+    else:
+        for table in results.values():
+            for cur in table.values():
+                cur.pop("all", None)
     return results, problems
 
 
@@ -154,6 +169,8 @@ def main():
     ap.add_argument("--commands-file", default=None, help="file listing the exact benchmark commands")
     ap.add_argument("--notes", default=None, help="extra text for the report")
     ap.add_argument("--mid-ratio", type=float, default=None, help=f"target busbw ratio in the middle range (default {MID_RATIO})")
+    ap.add_argument("--stat", choices=["best", "median"], default="best",
+                    help="of several runs of a size (--repeat), keep the fastest (default) or the median")
     ap.add_argument("--mid-hi", type=int, default=None, help="upper end of the middle range in bytes (default 16 MiB)")
     args = ap.parse_args()
     if args.mid_ratio is not None:
@@ -161,7 +178,7 @@ def main():
     if args.mid_hi is not None:
         MID_HI = args.mid_hi
 
-    results, problems = load_results(args.dir)
+    results, problems = load_results(args.dir, args.stat)
     membw = load_membw(args.dir)
     nps = sorted({np_ for (_, np_) in results})
     if args.np:
@@ -175,7 +192,7 @@ def main():
     w("")
     w("float32 sum, out of place. busbw = algbw * 2(N-1)/N in GB/s (1e9 B/s); time = per-iteration mean, max over"
       " ranks; ratio = gsync busbw / Open MPI busbw (> 1: gsync faster). Where a size was measured more than once"
-      " (--repeat), the fastest run of each tool is kept.")
+      " (--repeat), " + ("the median run" if args.stat == "median" else "the fastest run") + " of each tool is kept.")
     w("")
     if args.command:
         w(f"- command: `{args.command}`")
@@ -233,7 +250,10 @@ def main():
             w("")
             problems.append(f"N={np_}: missing gsync or ompi results")
             continue
+        base = results.get(("gsyncbase", np_), {})  # --baseline: an earlier gsync build, run alternately
         hdr = ["size", "gsync algo", "gsync busbw", "ompi busbw", "ratio", "gsync time (us)", "ompi time (us)"]
+        if base:
+            hdr += ["baseline busbw", "gsync / baseline"]
         for v in variants:
             hdr.append(f"{v} busbw")
         if variants:
@@ -249,6 +269,10 @@ def main():
             ratios.append(r)
             cells = [human(s), gr["algo"] if gr else "-", fmt_bw(gb), fmt_bw(ob), fmt_ratio(r),
                      fmt_time(gr["time_us"] if gr else None), fmt_time(orow["time_us"] if orow else None)]
+            if base:
+                br = base.get(s)
+                bb = br["busbw"] if br else None
+                cells += [fmt_bw(bb), fmt_ratio(ratio(gb, bb))]
             best = ob
             for v in variants:
                 vr = vs[v].get(s)
@@ -297,7 +321,7 @@ def main():
         else:
             lines.append("- gsync is not slower than ompi at any size")
         runs = sorted({row["runs"] for row in list(g.values()) + list(o.values())})
-        lines.append(f"- runs per size kept as best of: {', '.join(map(str, runs))}")
+        lines.append(f"- runs per size kept as {'median' if args.stat == 'median' else 'best'} of: {', '.join(map(str, runs))}")
         w("Targets:")
         w("")
         out.extend(lines)

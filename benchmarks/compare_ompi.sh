@@ -46,6 +46,10 @@ usage: benchmarks/compare_ompi.sh [options]     (run from the repository root)
   --small-iters N     timed iterations per size below 1 MiB (default 200; 0 = same as --iters)
   --warmup N          warmup iterations per size (default 5)
   --repeat R          run every benchmark R times, interleaved; the fastest run per size is kept (default 1)
+  --min SIZE          smallest message (default 8)
+  --baseline DIR      also run the gsync of another build directory (an earlier revision), alternately,
+                      reported as a baseline column
+  --median            keep the median of the R runs per size instead of the fastest
   --out DIR           output directory (default benchmarks/results)
   --ompi-variants     also run Open MPI with coll_tuned allreduce algorithm 4 (ring), 6 (rabenseifner),
                       and default with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_=4G (nommap)
@@ -63,6 +67,9 @@ warmup=5
 repeat=1
 out=benchmarks/results
 variants=0
+stat=best
+min=8
+baseline=
 limit=1800
 transport=tcp
 
@@ -101,6 +108,9 @@ while [[ $# -gt 0 ]]; do
     --out) need_value "$@"; out=$2; shift 2 ;;
     --timeout) need_value "$@"; limit=$2; shift 2 ;;
     --ompi-variants) variants=1; shift ;;
+    --median) stat=median; shift ;;
+    --min) need_value "$@"; min=$2; shift 2 ;;
+    --baseline) need_value "$@"; baseline=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "$prog: unknown option '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -121,6 +131,7 @@ to_bytes() {
 }
 
 [[ $transport == tcp || $transport == shm ]] || { echo "$prog: --transport must be tcp or shm" >&2; exit 2; }
+min_bytes=$(to_bytes "$min") || { echo "$prog: --min '$min' is not a size such as 64K" >&2; exit 2; }
 max_bytes=$(to_bytes "$max") || { echo "$prog: --max '$max' is not a size such as 1M or 64M" >&2; exit 2; }
 ((max_bytes >= 8)) || { echo "$prog: --max must be at least 8" >&2; exit 2; }
 for v in iters small_iters warmup repeat limit; do
@@ -193,15 +204,17 @@ run() {
   fi
 }
 
-# Size ranges: below 1 MiB with small_iters, from 1 MiB with iters (all starting at 8 B, factor 2).
+# Size ranges: below 1 MiB with small_iters, from 1 MiB with iters (from --min, factor 2).
 split=$((1024 * 1024))
 parts=()
-if ((small_iters != iters && max_bytes >= split)); then
-  parts+=("s:8:$((split / 2)):$small_iters" "l:$split:$max_bytes:$iters")
+if ((min_bytes >= split)); then
+  parts+=("l:$min_bytes:$max_bytes:$iters")
+elif ((small_iters != iters && max_bytes >= split)); then
+  parts+=("s:$min_bytes:$((split / 2)):$small_iters" "l:$split:$max_bytes:$iters")
 elif ((max_bytes < split)); then
-  parts+=("a:8:$max_bytes:$small_iters")
+  parts+=("a:$min_bytes:$max_bytes:$small_iters")
 else
-  parts+=("a:8:$max_bytes:$iters")
+  parts+=("a:$min_bytes:$max_bytes:$iters")
 fi
 
 load_before=$(uptime)
@@ -219,6 +232,10 @@ for ((rep = 1; rep <= repeat; rep++)); do
       suffix="np${np}_${tag}_r${rep}"
       run "gsync_$suffix" "${gsync_env[@]}" "$gsyncrun" -n "$np" --no-tag-output -- "$perf" -d float32 -o sum \
         -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --json "$raw/gsync_$suffix.json"
+      if [[ -n $baseline ]]; then
+        run "gsyncbase_$suffix" "${gsync_env[@]}" "$baseline/tools/gsyncrun" -n "$np" --no-tag-output -- "$baseline/tools/gsync-perf" \
+          -d float32 -o sum -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --json "$raw/gsyncbase_$suffix.json"
+      fi
       run "ompi_$suffix" "$mpirun" "${mpi_common[@]}" -np "$np" "$ompi" -d float32 -o sum \
         -b "$lo" -e "$hi" -f 2 -n "$n" -w "$warmup" -c 1 --label "$ompi_label" --label-algo ompi-default \
         --json "$raw/ompi_$suffix.json"
@@ -247,7 +264,7 @@ fi
 mpi_version=$("$mpirun" --version 2>/dev/null | head -n 1)
 
 echo
-python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$report" "${ratio_args[@]}" \
+python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$report" --stat "$stat" "${ratio_args[@]}" \
   --command "$cmdline" --date "$date_start" --nproc "$(nproc)" \
   --load-before "$load_before" --load-after "$load_after" --mpi-version "$mpi_version" --git "$git_rev" \
   --commands-file "$commands" ||

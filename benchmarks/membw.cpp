@@ -5,6 +5,8 @@
 //
 //   copy    memcpy(dst, src, size)                          2 streams: read size, write size
 //   reduce  c[i] = a[i] + b[i] over float32, size per array 3 streams: read 2 x size, write size
+//   cma     process_vm_readv(self, dst, src) in 1 MiB pieces 2 streams, and every page pinned:
+//           what shared memory's single copy costs per byte (transport/shm_single_copy.hpp)
 //
 // Every buffer is written once before timing (so page faults are not measured); each kernel runs
 // --reps times and the best (shortest) run is reported. Two figures are printed per kernel:
@@ -12,6 +14,9 @@
 //            copied or reduced, the unit in which allreduce's algbw/busbw are expressed;
 //   traffic  all bytes read and written per second (2 or 3 x size / time).
 // GB/s = 1e9 bytes per second, as in gsync-perf.
+
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +62,18 @@ std::optional<std::size_t> parse_size(std::string_view s) {
 }
 
 [[gnu::noinline]] void copy_bytes(void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); }
+
+// Cross-memory attach from this process, in the pieces the shared-memory link reads (1 MiB).
+bool cma_copy(void* dst, const void* src, std::size_t n) {
+  constexpr std::size_t piece = 1 << 20;
+  for (std::size_t off = 0; off < n; off += piece) {
+    const std::size_t k = std::min(piece, n - off);
+    const iovec local{static_cast<char*>(dst) + off, k};
+    const iovec remote{const_cast<char*>(static_cast<const char*>(src)) + off, k};
+    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(k)) return false;
+  }
+  return true;
+}
 
 /// Best time in seconds of `reps` runs of `f`.
 template <class F>
@@ -146,10 +163,19 @@ int main(int argc, char** argv) {
       return 3;
     }
   }
+  // Cross-memory attach; 0 where the kernel refuses it (then reported as such).
+  std::memset(c.data(), 0, size);
+  bool cma_ok = cma_copy(c.data(), a.data(), size);
+  const double t_cma = cma_ok ? best_of(reps, [&] { cma_ok = cma_copy(c.data(), a.data(), size) && cma_ok; }) : 0;
+  if (cma_ok && std::memcmp(c.data(), a.data(), size) != 0) {
+    std::fprintf(stderr, "gsync-membw: process_vm_readv produced a wrong result\n");
+    return 3;
+  }
 
   const double gb = static_cast<double>(size) / 1e9;
   const double copy_rate = gb / t_copy, copy_traffic = 2 * gb / t_copy;
   const double reduce_rate = gb / t_reduce, reduce_traffic = 3 * gb / t_reduce;
+  const double cma_rate = cma_ok ? gb / t_cma : 0, cma_traffic = 2 * cma_rate;
 
   std::printf("# gsync-membw: single thread, %zu bytes per buffer (%.0f MiB), best of %d\n", size,
               static_cast<double>(size) / (1 << 20), reps);
@@ -157,6 +183,10 @@ int main(int argc, char** argv) {
   std::printf("  %-28s %10.3f %12.2f %14.2f\n", "copy (memcpy)", t_copy * 1e3, copy_rate, copy_traffic);
   std::printf("  %-28s %10.3f %12.2f %14.2f\n", "reduce (c=a+b, float32)", t_reduce * 1e3, reduce_rate,
               reduce_traffic);
+  if (cma_ok)
+    std::printf("  %-28s %10.3f %12.2f %14.2f\n", "cma (process_vm_readv, 1M)", t_cma * 1e3, cma_rate, cma_traffic);
+  else
+    std::printf("  %-28s %10s\n", "cma (process_vm_readv, 1M)", "refused");
   std::printf("# rate = buffer bytes / time; traffic = all bytes read and written / time\n");
 
   if (!json_path.empty()) {
@@ -168,8 +198,10 @@ int main(int argc, char** argv) {
     std::fprintf(f,
                  "{\"bytes\": %zu, \"reps\": %d, \"threads\": 1,\n"
                  " \"copy\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g},\n"
-                 " \"reduce\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g}}\n",
-                 size, reps, t_copy * 1e6, copy_rate, copy_traffic, t_reduce * 1e6, reduce_rate, reduce_traffic);
+                 " \"reduce\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g},\n"
+                 " \"cma\": {\"time_us\": %.6g, \"rate_gbs\": %.6g, \"traffic_gbs\": %.6g}}\n",
+                 size, reps, t_copy * 1e6, copy_rate, copy_traffic, t_reduce * 1e6, reduce_rate, reduce_traffic, t_cma * 1e6,
+                 cma_rate, cma_traffic);
     const bool bad = std::ferror(f) != 0;
     if (std::fclose(f) != 0 || bad) {
       std::fprintf(stderr, "gsync-membw: writing '%s' failed\n", json_path.c_str());

@@ -1,4 +1,4 @@
-// The hierarchical device allreduce (detail/ipc_hierarchical.hpp, cuda/ipc_hierarchical.hpp) on the
+// The hierarchical device allreduce (dispatch/ipc_hierarchical.hpp, cuda/ipc_hierarchical.hpp) on the
 // host stand-in of the CUDA runtime (support/fake_cuda.hpp): ranks on several hosts (GSYNC_HOST_ID
 // semantics: shared memory inside a host, TCP across), where the ranks of each host form a CUDA
 // IPC group and the level across hosts goes through host staging. Results are checked against the

@@ -2,7 +2,7 @@
 // scalar head, 16-byte packs and a scalar tail for every alignment, and `reduce_share`, the body
 // of the reduce kernel (cuda/reduce.cuh), run with several workers and compared bit for bit with
 // the host loops (core/reduce.hpp) for every dtype x op; and the map engine of the cast and unpack
-// kernels (cuda/cast.cuh) against the host gradient passes. What the kernel computes on a GPU is this
+// kernels (grad/cast.cuh) against the host gradient passes. What the kernel computes on a GPU is this
 // function with one worker per thread.
 
 #include <doctest/doctest.h>
@@ -105,7 +105,7 @@ TEST_CASE("cuda packs: the reduce kernel's body gives the host loops' bits for e
   gsync_test::for_each_dtype([&]<class T>() { sweep_ops<T>(); });
 }
 
-// The gradient passes' kernels (cuda/cast.cuh) run `map_share` with the host passes' element
+// The gradient passes' kernels (grad/cast.cuh) run `map_share` with the host passes' element
 // functions: the same bits as grad::cast_into and grad::unpack_scan, and the same count.
 namespace {
 

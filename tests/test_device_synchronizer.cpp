@@ -267,7 +267,7 @@ TEST_CASE("device synchronizer: refused clearly without gradient kernels") {
     FAIL_CHECK("no error without kernels");
   } catch (const gsync::error& e) {
     CHECK(e.code() == gsync::errc::cuda);
-    CHECK(std::string(e.what()).find("grad_kernels.cuh") != std::string::npos);
+    CHECK(std::string(e.what()).find("grad/device_kernels.cuh") != std::string::npos);
   }
   gsync::cuda::set_grad_kernels(prev);
 }

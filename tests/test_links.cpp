@@ -288,6 +288,148 @@ TEST_CASE("links: the concept's receive calls read frames over both link types")
   }
 }
 
+// Single copy: a large collective payload goes by reference (the ring holds its address), the
+// consumer copies it from the producer's memory, and the frame completes only once it has; a
+// frame posted behind it waits. A reduction declines the reference and gets the payload through
+// the ring instead.
+TEST_CASE("links: shared-memory single copy sends large payloads by reference, completing once read") {
+  shm_pair pair("ref");
+  auto &l0 = pair.l0, &l1 = pair.l1;
+  auto &a = pair.a, &b = pair.b;
+  namespace shm = gsync::transport::shm;
+  shm::publish_probe(a.header());
+  int why = -1;
+  REQUIRE(shm::probe_peer(a.header(), why));  // this process reads itself
+  l0.set_single_copy(1024);
+  l1.set_peer_process(a.header().owner_pid);
+  const auto big = pattern(300000, 3), small = pattern(100, 4);
+  std::size_t done = 0;
+  SUBCASE("without the consumer's consent the payload crosses the ring") {
+    l0.post(header_for(1, 5000), big.data(), 5000);
+    l0.pump(done);
+    frame_header h{};
+    REQUIRE(l1.try_header(h, nullptr, 0).done);
+    const std::uint64_t before = l1.read_position();
+    std::vector<std::byte> dst(5000);
+    std::size_t have = 0;
+    for (int rounds = 0; have < dst.size(); ++rounds) {
+      REQUIRE(rounds < 100);
+      const auto io = l1.try_payload(dst.data() + have, dst.size() - have, 1, nullptr);
+      if (io.bytes == 0) l0.pump(done);
+      have += io.bytes;
+    }
+    l1.end_read();
+    CHECK(l1.read_position() - before >= 5000);  // the payload was in the ring
+    l0.pump(done);
+    CHECK(done == 1);
+    CHECK(dst == std::vector<std::byte>(big.begin(), big.begin() + 5000));
+  }
+  SUBCASE("by reference, into the receiver's buffer") {
+    b.ctl(0).single_copy.store(1);  // the consumer (rank 1) says it can read rank 0
+    l0.post(header_for(1, big.size()), big.data(), big.size());
+    l0.post(header_for(2, small.size()), small.data(), small.size());
+    l0.pump(done);
+    CHECK(done == 0);  // the reference is in the ring, not read yet; the frame behind it waits
+    CHECK(l0.q.size() == 2);
+    frame_header h{};
+    REQUIRE(l1.try_header(h, nullptr, 0).done);
+    CHECK(h.seq == 1);
+    CHECK(h.bytes == big.size());
+    const std::uint64_t before = l1.read_position();
+    std::vector<std::byte> dst(big.size());
+    std::size_t have = 0;
+    for (int rounds = 0; have < dst.size(); ++rounds) {
+      REQUIRE(rounds < 10);
+      const auto io = l1.try_payload(dst.data() + have, dst.size() - have, 1, nullptr);
+      REQUIRE(io.err == 0);
+      REQUIRE(io.bytes > 0);  // never "nothing yet": the bytes are in the producer's memory
+      have += io.bytes;
+      if (have < dst.size()) {
+        l0.pump(done);
+        CHECK(done == 0);  // not complete until the last byte is read
+      }
+    }
+    l1.end_read();
+    CHECK(dst == big);
+    CHECK(l1.read_position() - before == 0);  // nothing but the reference crossed the ring
+    l0.pump(done);
+    CHECK(done == 2);
+    CHECK(l0.q.empty());
+    CHECK(read_frame(l1, l0, h, small.size()) == small);
+    CHECK(h.seq == 2);
+  }
+  SUBCASE("a reduction declines the reference: the payload follows it through the ring") {
+    b.ctl(0).single_copy.store(1);
+    std::vector<double> v(600);  // 4800 bytes: more than the ring holds, so several pumps
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * 0.25;
+    const std::size_t n = v.size() * sizeof(double);
+    l0.post(header_for(3, n), reinterpret_cast<const std::byte*>(v.data()), n);
+    l0.post(header_for(4, small.size()), small.data(), small.size());
+    l0.pump(done);
+    const std::uint64_t head_ref = b.ctl(0).head.load();
+    frame_header h{};
+    REQUIRE(l1.try_header(h, nullptr, 0).done);
+    CHECK(h.seq == 3);
+    l0.pump(done);
+    CHECK(b.ctl(0).head.load() == head_ref);  // nothing behind an unanswered reference moves
+    double sum = 0;
+    std::size_t seen = 0;
+    auto consume = [&](std::span<const std::byte> piece) {
+      CHECK(piece.size() % sizeof(double) == 0);
+      for (std::size_t i = 0; i < piece.size() / sizeof(double); ++i) {
+        double x;
+        std::memcpy(&x, piece.data() + i * sizeof(double), sizeof x);
+        sum += x;
+      }
+      seen += piece.size();
+    };
+    gsync::detail::function_ref<void(std::span<const std::byte>)> cref(consume);
+    const std::uint64_t before = l1.read_position();
+    for (int rounds = 0; seen < n; ++rounds) {
+      REQUIRE(rounds < 100);
+      const auto io = l1.try_payload(nullptr, n - seen, sizeof(double), &cref);
+      REQUIRE(io.err == 0);
+      if (io.bytes == 0) l0.pump(done);
+    }
+    l1.end_read();
+    CHECK(l1.read_position() - before == n);  // through the ring
+    CHECK(sum == doctest::Approx(0.25 * 599 * 600 / 2));
+    l0.pump(done);
+    CHECK(done == 2);  // the declined frame once copied, then the one behind it
+    CHECK(read_frame(l1, l0, h, small.size()) == small);
+    CHECK(h.seq == 4);
+  }
+  SUBCASE("a producer that failed meanwhile: the read is an error, not data") {
+    b.ctl(0).single_copy.store(1);
+    l0.post(header_for(4, big.size()), big.data(), big.size());
+    l0.pump(done);
+    frame_header h{};
+    REQUIRE(l1.try_header(h, nullptr, 0).done);
+    a.bell().failed.store(1);  // rank 0's failed word, which l1 watches
+    std::vector<std::byte> dst(big.size());
+    CHECK(l1.try_payload(dst.data(), dst.size(), 1, nullptr).err == gsync::link_io::closed);
+  }
+  SUBCASE("a point-to-point frame is never sent by reference") {
+    b.ctl(0).single_copy.store(1);
+    gsync::message_id id{0x80000001u, 1, {}};
+    l0.post(gsync::transport::make_header(id, 2000), big.data(), 2000);  // above the threshold, within the ring
+    l0.pump(done);
+    CHECK(done == 1);  // copied into the ring: complete at once
+  }
+}
+
+TEST_CASE("links: the single-copy probe refuses a process that is not the segment's owner") {
+  namespace shm = gsync::transport::shm;
+  shm::segment_header h{};
+  int why = 0;
+  CHECK(!shm::probe_peer(h, why));  // nothing published
+  shm::publish_probe(h);
+  CHECK(shm::probe_peer(h, why));
+  h.owner_pid = ::getppid();  // another process: its memory does not hold our word there
+  CHECK(!shm::probe_peer(h, why));
+  CHECK(why != 0);
+}
+
 // The mesh's list: positions, names and waits in the order given; `visit` reaches the link at a
 // position with its static type.
 TEST_CASE("links: link_list orders the link types and dispatches to one by position") {

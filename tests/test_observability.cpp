@@ -6,7 +6,7 @@
 
 #include <gsync/core/counters.hpp>
 #include <gsync/core/trace.hpp>
-#include <gsync/detail/tick_clock.hpp>
+#include <gsync/core/tick_clock.hpp>
 
 #include "support/env.hpp"
 #include "support/world.hpp"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what gsync's build and tests need (Debian 12 packages; as root, only the missing ones)
-# and builds everything in ./build (or $GSYNC_BUILD_DIR). Sourced by demo.sh and test.sh.
+# and builds in ./build (or $GSYNC_BUILD_DIR) the targets the sourcing script names in the array
+# gsync_targets (demo.sh: only what it runs, so a newcomer sees its table in minutes), else
+# everything (test.sh). Sourced by demo.sh and test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 pkgs=(g++ make cmake libasio-dev doctest-dev openmpi-bin libopenmpi-dev libssl-dev clang libclang-rt-14-dev python3 iproute2 pkg-config doxygen)
@@ -22,4 +24,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 build=${GSYNC_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j "$(nproc)"
+if [ -n "${gsync_targets+x}" ]; then
+  cmake --build "$build" -j "$(nproc)" --target "${gsync_targets[@]}"
+else
+  cmake --build "$build" -j "$(nproc)"
+fi

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include <gsync/core/ops.hpp>
-#include <gsync/cuda/cast.cuh>
-#include <gsync/cuda/quantize.cuh>
+#include <gsync/grad/cast.cuh>
+#include <gsync/grad/quantize.cuh>
 #include <gsync/cuda/reduce.cuh>
 
 namespace {

@@ -10,7 +10,7 @@
 ///   gsync::allgather(comm, std::span<const float>{buf}.subspan(r * c, c), std::span<float>{buf});
 /// \endcode
 ///
-/// Call path: this file checks arguments and numbers the operation; algo/select_collectives.hpp
+/// Call path: this file, then dispatch/host_allgather.hpp (arguments checked, the operation numbered); algo/select_collectives.hpp
 /// chooses the algorithm; algo/ring.hpp runs the schedule over core/primitives.hpp. No scratch:
 /// blocks go straight into place in the output.
 
@@ -25,60 +25,15 @@
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
-#include "gsync/detail/ipc_collective.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
 #include "gsync/device_span.hpp"
+#include "gsync/dispatch/host_allgather.hpp"
+#include "gsync/dispatch/ipc_setup.hpp"
 
 namespace gsync {
 
-namespace detail {
-
-template <class Algo, class Space = host_memory, class X, class T>
-void run_allgather(communicator<X>& comm, message_id id, const T* in, T* out, std::size_t c) {
-  id.fp.algo = algo_code_of<Algo>();
-  auto p = make_primitives<Space>(comm, id, in, out, c, op::sum{});
-  static_assert(allgather_algorithm<Algo, decltype(p)>, "this algorithm policy has no allgather schedule");
-  Algo::allgather(p);
-}
-
-/// Runs allgather ticket `tk` (numbered at issue) on `comm`.
-template <class Algo, class Space = host_memory, class X, class T>
-void allgather_run(communicator<X>& comm, op_ticket tk, const T* in, T* out, std::size_t c) {
-  const message_id id{tag_allgather, tk.seq, make_fingerprint<T>(c, 0, -1)};
-  op_scope scope(comm, "allgather", tk, id);
-  if (c == 0) return;
-  if constexpr (std::is_same_v<Algo, algo::automatic>) {
-    const auto ch = algo::choose_allgather(c * sizeof(T), comm.size(), comm.segment_bytes(), comm.settings().algo_allgather);
-    log_choice(comm, "allgather", dtype_of<T>, c, "", ch, [](auto i) { return algo::name(i); });
-    algo::visit(ch.id, [&](auto a) {
-      using A = decltype(a);
-      if constexpr (allgather_algorithm<A, primitives_t<Space, T, op::sum, X>>) run_allgather<A, Space>(comm, id, in, out, c);
-    });
-  } else {
-    run_allgather<Algo, Space>(comm, id, in, out, c);
-  }
-}
-
-/// Checks allgather arguments (sizes, the only in-place form).
-template <class X, class T>
-void check_allgather(const communicator<X>& comm, std::span<const T> in, std::span<T> out) {
-  const std::size_t n = static_cast<std::size_t>(comm.size()), c = in.size();
-  check_extent("allgather", "output", out.size(), sizeof(T));
-  check_blocks("allgather", "output", out.size(), n, c, "world size x input elements");
-  const bool in_place = static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + comm.rank() * c);
-  if (!in_place && overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()))
-    invalid("allgather", "input and output overlap, but the input is not block " + std::to_string(comm.rank()) +
-                             " of the output (the only in-place form)");
-}
-
-/// Numbers an allgather and runs it (inline, or behind pending asynchronous operations).
-template <class Algo, class Space = host_memory, class X, class T>
-void allgather_impl(communicator<X>& comm, const T* in, T* out, std::size_t c) {
-  launch(comm, "allgather", [=](communicator<X>& x, op_ticket tk) { allgather_run<Algo, Space>(x, tk, in, out, c); });
-}
-
-}  // namespace detail
 
 /// Allgather: out[b*c + i] = in[i] of rank b, with c = in.size() and out.size() = N*c on every
 /// rank. In place when `in` is block r of the output (`in.data() == out.data() + r*c`); any other
@@ -130,7 +85,7 @@ request allgather_device(communicator<X>& comm, const T* in, T* out, std::size_t
 
 /// Allgather of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
 /// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
-/// (detail/ipc_collective.hpp, cuda/staging.hpp).
+/// (dispatch/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes and in-place form as the host overload.
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
@@ -148,7 +103,3 @@ request allgather_async(communicator<X>& comm, device_span<const std::type_ident
 }
 
 }  // namespace gsync
-
-#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)
-#include "gsync/split.hpp"            // defines communicator::split (needs the host allgather)
-#include "gsync/recovery.hpp"         // defines communicator::shrink and health

@@ -36,11 +36,12 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/primitives.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
-#include "gsync/detail/ipc_allreduce.hpp"
-#include "gsync/detail/ipc_collective.hpp"
-#include "gsync/detail/ipc_hierarchical.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_allreduce.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
+#include "gsync/dispatch/ipc_hierarchical.hpp"
+#include "gsync/dispatch/ipc_setup.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -123,7 +124,7 @@ void check_allreduce(std::span<const T> in, std::span<T> out) {
 inline namespace GSYNC_TU_NS {  // may use a user operator's GPU kernel (detail/hd.hpp)
 
 /// Launches an allreduce of device buffers on stream `s` (in == out: in place): over CUDA IPC
-/// (detail/ipc_allreduce.hpp says which algorithm), or the host schedule in place on one pinned
+/// (dispatch/ipc_allreduce.hpp says which algorithm), or the host schedule in place on one pinned
 /// mirror, filled from `in` and copied back to `out`.
 template <class Algo, class X, class T, class Op>
 request allreduce_device(communicator<X>& comm, const T* in, T* out, std::size_t count, const Op& op, cuda_stream s) {
@@ -212,7 +213,7 @@ inline namespace GSYNC_TU_NS {  // the device overloads (detail/hd.hpp)
 /// In-place allreduce of device memory, ordered on CUDA stream `stream` (NCCL's contract): returns
 /// once the work is queued; later work on `stream` sees data[i] = op over ranks of data[i]. The
 /// buffer must not change until then. An error after the call breaks the communicator and is
-/// thrown by its next call (detail/ipc_collective.hpp and cuda/staging.hpp say how the data moves).
+/// thrown by its next call (dispatch/ipc_collective.hpp and cuda/staging.hpp say how the data moves).
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator
 /// (its calls usable in device code: see GSYNC_HD, detail/hd.hpp).
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
@@ -262,7 +263,3 @@ request allreduce_async(communicator<X>& comm, device_span<const std::type_ident
 GSYNC_COMPILED_ALLREDUCE(GSYNC_EXTERN_ALLREDUCE_RUN)
 #undef GSYNC_EXTERN_ALLREDUCE_RUN
 #endif
-
-#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)
-#include "gsync/split.hpp"            // defines communicator::split (needs the host allgather)
-#include "gsync/recovery.hpp"         // defines communicator::shrink and health

@@ -23,9 +23,10 @@
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
-#include "gsync/detail/ipc_collective.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
+#include "gsync/dispatch/ipc_setup.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -127,7 +128,7 @@ request alltoall_device(communicator<X>& comm, const T* in, T* out, std::size_t 
 
 /// Alltoall of device memory, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
 /// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
-/// (detail/ipc_collective.hpp, cuda/staging.hpp).
+/// (dispatch/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes as the host overload; the buffers must not overlap.
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type.
 template <algorithm Algo = algo::automatic, transport_policy X, element T>
@@ -145,5 +146,3 @@ request alltoall_async(communicator<X>& comm, device_span<const std::type_identi
 }
 
 }  // namespace gsync
-
-#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

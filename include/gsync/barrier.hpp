@@ -18,8 +18,8 @@
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/barrier_run.hpp"
-#include "gsync/detail/collective.hpp"
+#include "gsync/dispatch/barrier_run.hpp"
+#include "gsync/dispatch/collective.hpp"
 
 namespace gsync {
 

@@ -7,7 +7,10 @@
 #include <memory>
 #include <vector>
 
+#include "gsync/bootstrap/join.hpp"
 #include "gsync/core/communicator.hpp"
+#include "gsync/recovery.hpp"
+#include "gsync/split.hpp"
 #include "gsync/transport/inproc.hpp"
 #include "gsync/transport/tcp.hpp"
 

@@ -24,9 +24,10 @@
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
-#include "gsync/detail/ipc_collective.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
+#include "gsync/dispatch/ipc_setup.hpp"
 #include "gsync/device_span.hpp"
 
 namespace gsync {
@@ -141,7 +142,7 @@ inline namespace GSYNC_TU_NS {  // the device overloads (detail/hd.hpp)
 
 /// Reduce of device memory to `root`, ordered on CUDA stream `stream` as the device allreduce (allreduce.hpp): returns once
 /// queued; later work on `stream` sees the result. Over CUDA IPC between the GPUs of one machine, else staged through host memory
-/// (detail/ipc_collective.hpp, cuda/staging.hpp).
+/// (dispatch/ipc_collective.hpp, cuda/staging.hpp).
 /// Same sizes as the host overload (`out` is read only on the root).
 /// \tparam Algo algorithm policy. \tparam X transport. \tparam T element type. \tparam Op operator.
 template <algorithm Algo = algo::automatic, transport_policy X, element T, class Op = op::sum>
@@ -165,5 +166,3 @@ request reduce_async(communicator<X>& comm, device_span<const std::type_identity
 }  // namespace GSYNC_TU_NS
 
 }  // namespace gsync
-
-#include "gsync/detail/ipc_setup.hpp"  // defines ipc_state_of (needs the host allgather)

@@ -38,8 +38,8 @@
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
 #include "gsync/device_span.hpp"
 #include "gsync/transport/frame.hpp"
 

@@ -21,9 +21,9 @@
 #include <span>
 #include <vector>
 
-#include "gsync/allgather.hpp"
 #include "gsync/core/communicator.hpp"
 #include "gsync/core/concepts.hpp"
+#include "gsync/dispatch/host_allgather.hpp"
 
 namespace gsync {
 
@@ -51,7 +51,7 @@ communicator<X> communicator<X>::split(int color, int key)
   const int n = size();
   const std::int64_t mine[2] = {color < 0 ? -1 : static_cast<std::int64_t>(color), static_cast<std::int64_t>(key)};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(n));
-  gsync::allgather(*this, std::span<const std::int64_t>(mine, 2), std::span<std::int64_t>(all));
+  detail::allgather_impl<algo::automatic>(*this, mine, all.data(), 2);
   const std::uint64_t seq = ++splits_;
   if (color < 0) return communicator(null_tag{}, cfg_);
   std::vector<int> members;

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include <gsync/cuda/grad_kernels.cuh>
+#include <gsync/grad/device_kernels.cuh>
 #include <gsync/grad.hpp>
 #include <gsync/grad/compressed_reducer.hpp>
 #include <gsync/grad/device_synchronizer.hpp>

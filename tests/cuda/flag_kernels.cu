@@ -3,13 +3,13 @@
 // -prec-div=false, --fmad=false) and requires the same PTX: then the kernels give the same bits
 // whatever flags the user's .cu files use. Never run.
 // Included with the collectives: the CUDA IPC reduce and copy kernels (cuda/ipc_kernels.cuh), the
-// gradient kernels (cuda/grad_kernels.cuh: cast, fused unpack, sums of squares, scaling, int8
+// gradient kernels (grad/device_kernels.cuh: cast, fused unpack, sums of squares, scaling, int8
 // encode and decode).
 
 #include <cstdint>
 
 #include <gsync/gsync.hpp>
-#include <gsync/cuda/grad_kernels.cuh>
+#include <gsync/grad/device_kernels.cuh>
 #include <gsync/cuda/reduce.cuh>
 
 namespace {

@@ -1,8 +1,8 @@
 // The device kernels on a GPU against the host code, bit for bit: the reduce kernel
 // (cuda/reduce.cuh) against the host loops (core/reduce.hpp) for every dtype x op, awkward counts,
-// misaligned and in-place operands; the cast and unpack kernels (cuda/cast.cuh) against the
+// misaligned and in-place operands; the cast and unpack kernels (grad/cast.cuh) against the
 // gradient layer's host passes (grad/nonfinite.hpp), values and non-finite count. Without a
-// int8 encode / decode kernels (cuda/quantize.cuh) against the host's blockwise quantizer
+// int8 encode / decode kernels (grad/quantize.cuh) against the host's blockwise quantizer
 // (grad/quantize.hpp): scales, levels, residuals and decoded values. Without a
 // CUDA device it says "skipped: no CUDA device" and exits 77 (ctest's SKIP_RETURN_CODE), never
 // a pass. Exit 1 on any difference or CUDA error.
@@ -18,8 +18,8 @@
 
 #include <gsync/core/ops.hpp>
 #include <gsync/core/reduce.hpp>
-#include <gsync/cuda/cast.cuh>
-#include <gsync/cuda/quantize.cuh>
+#include <gsync/grad/cast.cuh>
+#include <gsync/grad/quantize.cuh>
 #include <gsync/grad/quantize.hpp>
 #include <gsync/cuda/reduce.cuh>
 #include <gsync/grad/nonfinite.hpp>

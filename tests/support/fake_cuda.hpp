@@ -36,7 +36,7 @@
 
 #include <gsync/core/ops.hpp>
 #include <gsync/cuda/api.hpp>
-#include <gsync/cuda/grad_api.hpp>
+#include <gsync/grad/device_api.hpp>
 #include <gsync/cuda/ipc_api.hpp>
 #include <gsync/cuda/ipc_reduce.hpp>
 #include <gsync/grad/clip.hpp>

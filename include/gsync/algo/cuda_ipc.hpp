@@ -4,8 +4,8 @@
 /// policies with their models, forceable like the host algorithms
 /// (`gsync::allreduce<gsync::algo::one_shot>(comm, device_span, op, stream)`, GSYNC_ALGO=one_shot)
 /// and listed in `device_allreduce_registry` (algo/registry.hpp). They run only on device buffers
-/// of a communicator whose GPUs formed a CUDA IPC group (detail/ipc_setup.hpp); forced elsewhere
-/// they fail with invalid_argument saying why (detail/ipc_allreduce.hpp).
+/// of a communicator whose GPUs formed a CUDA IPC group (dispatch/ipc_setup.hpp); forced elsewhere
+/// they fail with invalid_argument saying why (dispatch/ipc_allreduce.hpp).
 ///
 /// The model prices a step of a schedule: one round of control words between the GPUs
 /// (`ipc_cost_model::step_us`) per slot-sized chunk, plus the bytes a GPU reads from its peers'

@@ -51,7 +51,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/detail/random.hpp"
-#include "gsync/detail/socket.hpp"
+#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::bootstrap::auth {
 

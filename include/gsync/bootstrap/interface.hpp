@@ -21,7 +21,7 @@
 
 #include "gsync/core/config.hpp"
 #include "gsync/core/error.hpp"
-#include "gsync/detail/socket.hpp"
+#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::bootstrap {
 

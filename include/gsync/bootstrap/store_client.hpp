@@ -21,7 +21,7 @@
 #include "gsync/bootstrap/auth.hpp"
 #include "gsync/bootstrap/store_protocol.hpp"
 #include "gsync/core/error.hpp"
-#include "gsync/detail/socket.hpp"
+#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::bootstrap {
 
@@ -30,7 +30,7 @@ class store_client {
  public:
   /// Connects to host:port, retrying until `dl` (the server may start later than this rank), and
   /// runs the job-key handshake (errc::auth_failed if the store holds another key).
-  /// `liveness`: how soon a store that stops answering without closing is noticed (detail/socket.hpp).
+  /// `liveness`: how soon a store that stops answering without closing is noticed (bootstrap/socket.hpp).
   /// `connect_by`: connect by then, without retrying a refusal (a store known to be up: refused
   /// means gone), the handshake by `dl`; unset: retry until `dl`.
   store_client(const std::string& host, std::uint16_t port, deadline dl, const auth::job_key& key = auth::job_key::from_env(),

@@ -36,7 +36,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/core/log.hpp"
-#include "gsync/detail/socket.hpp"
+#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::bootstrap {
 

@@ -41,8 +41,6 @@
 #include <string>
 #include <vector>
 
-#include "gsync/bootstrap/fd_limit.hpp"
-#include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/choice_memo.hpp"
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/config.hpp"
@@ -58,9 +56,12 @@
 #include "gsync/core/timeout_guard.hpp"
 #include "gsync/core/trace.hpp"
 #include "gsync/detail/aligned_buffer.hpp"
-#include "gsync/detail/mpi_launch.hpp"
 
 namespace gsync {
+
+namespace bootstrap {
+struct launch_info;  // bootstrap/launch_env.hpp: what joining a job needs (join, bootstrap/join.hpp)
+}
 
 /// What an operation carries from issue to run: its number and the timeout in force at issue.
 struct op_ticket {
@@ -112,12 +113,10 @@ class communicator {
  public:
 
   /// Joins the job described by the environment (see bootstrap/launch_env.hpp and README) — for
-  /// transports that can bootstrap themselves, such as TCP.
+  /// transports that can bootstrap themselves, such as TCP. Defined with the set-up code, in
+  /// bootstrap/join.hpp (gsync/communicator.hpp includes it).
   static communicator from_env()
-    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
-  {
-    return join(bootstrap::launch_info::from_env(), config::from_env());
-  }
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>;
 
   /// Joins the ranks of an MPI communicator (`MPI_COMM_WORLD` or any split of it), collectively
   /// over `mpi_comm`: ranks and addresses come through MPI (no master address or port; any number
@@ -125,36 +124,13 @@ class communicator {
   /// \tparam MpiComm `MPI_Comm` (a pointer in Open MPI, an integer in MPICH).
   template <class MpiComm>
   static communicator from_mpi(MpiComm mpi_comm, config cfg = config::from_env())
-    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
-  {
-    return join(detail::mpi_launch<MpiComm>::info(mpi_comm), std::move(cfg));
-  }
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>;
 
   /// Joins the job described by `li` (rank, size, store address) with settings `cfg`, used as
   /// given, its transport settings (`cfg.transport`) included: the environment is not read here
   /// (pass `config::from_env()`, possibly changed, to start from it).
   static communicator join(const bootstrap::launch_info& li, config cfg)
-    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>
-  {
-    if (cfg.deterministic) cfg.transport.net_probe = false;  // nothing measured can steer the choices
-    if (auto raised = bootstrap::ensure_fd_room(bootstrap::fd_needed(li.size))) logger(li.rank).info(*raised);
-    std::unique_ptr<X> x;
-    try {
-      if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
-        x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
-      else
-        x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
-    } catch (const error& e) {
-      if (bootstrap::mentions_out_of_descriptors(e)) throw bootstrap::fd_exhausted(e.what(), li.size);
-      throw;
-    } catch (const std::system_error& e) {  // from the socket layer (Asio): one error type leaves the API
-      if (bootstrap::out_of_descriptors(e.code())) throw bootstrap::fd_exhausted("rank " + std::to_string(li.rank) + ": set-up", li.size);
-      throw error(errc::system, "rank " + std::to_string(li.rank) + ": set-up: " + e.what());
-    } catch (const std::bad_alloc&) {
-      throw error(errc::system, "rank " + std::to_string(li.rank) + ": set-up: out of memory");
-    }
-    return communicator(std::move(x), std::move(cfg), li.local_rank);
-  }
+    requires std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger>;
 
   /// Moves the communicator. If asynchronous work is pending, waits until it has finished first
   /// (every operation ends by its deadline), so no queued job ever sees the moved-from object.
@@ -414,7 +390,7 @@ class communicator {
   /// reference, and the engine stops before the communicator's members go, so it outlives them.
   std::shared_ptr<void>& device_state_slot() noexcept { return device_state_; }
   /// The slot of the CUDA IPC group of this communicator's device collectives
-  /// (detail/ipc_setup.hpp), kept as `device_state_slot`.
+  /// (dispatch/ipc_setup.hpp), kept as `device_state_slot`.
   std::shared_ptr<void>& ipc_state_slot() noexcept { return ipc_state_; }
 
   /// The progress engine, created (without a thread yet) on first use.

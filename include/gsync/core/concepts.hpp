@@ -64,6 +64,11 @@ struct message_id {
   std::uint64_t seq = 0;  ///< the communicator's operation sequence number
   fingerprint fp{};       ///< the call's element type, count, operator, root and algorithm
 };
+/// Point-to-point messages carry `tag_p2p | user_tag` (user tags are 0..2^31-1), a tag space of
+/// their own that no collective uses.
+inline constexpr std::uint32_t tag_p2p = 0x80000000u;
+/// True for the tag of a point-to-point message (send/recv), false for a collective's.
+constexpr bool is_p2p_tag(std::uint32_t tag) noexcept { return (tag & tag_p2p) != 0; }
 
 /// Absolute deadline of a blocking wait.
 using deadline = std::chrono::steady_clock::time_point;

@@ -19,7 +19,7 @@
 
 #include "gsync/core/error.hpp"
 #include "gsync/detail/build_mode.hpp"
-#include "gsync/transport/tcp_options.hpp"
+#include "gsync/core/tcp_options.hpp"
 
 namespace gsync {
 
@@ -73,7 +73,7 @@ inline bool env_set_nonzero(const char* name) noexcept {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
 }
-/// GSYNC_TICK_CLOCK=0: time with the steady clock, not the time-stamp counter (detail/tick_clock.hpp).
+/// GSYNC_TICK_CLOCK=0: time with the steady clock, not the time-stamp counter (core/tick_clock.hpp).
 inline bool env_tick_clock_off() noexcept {
   const char* v = std::getenv("GSYNC_TICK_CLOCK");
   return v && std::strcmp(v, "0") == 0;

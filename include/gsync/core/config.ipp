@@ -140,6 +140,11 @@ GSYNC_DECL transport::tcp_options tcp_options_from_env(transport::tcp_options o)
       throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
     o.shm_ring_bytes = *v;
   }
+  if (auto b = env("GSYNC_SHM_SINGLE_COPY")) {
+    auto v = parse_size(*b);
+    if (!v) throw error(errc::invalid_argument, "GSYNC_SHM_SINGLE_COPY='" + *b + "' is not a size such as 256K (0 turns single copy off)");
+    o.shm_single_copy_bytes = *v;
+  }
   if (auto b = env("GSYNC_SOCKET_BUFFER")) {
     auto v = parse_size(*b);
     if (!v || !transport::tcp_options::valid_socket_buffer(static_cast<long long>(*v))) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");

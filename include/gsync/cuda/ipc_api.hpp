@@ -6,7 +6,7 @@
 /// run time, so that the schedule is plain C++ tested on machines without a GPU.
 ///
 /// The real implementation is `cuda/ipc_kernels.cuh`, installed by every `.cu` file that includes
-/// gsync's collectives (detail/device_collective.hpp includes it under nvcc); tests install a host
+/// gsync's collectives (dispatch/device_collective.hpp includes it under nvcc); tests install a host
 /// stand-in (tests/support/fake_cuda.hpp). Without one installed, device collectives keep to host
 /// staging and say so at GSYNC_DEBUG=INFO. A user operator is reduced by a kernel templated on it
 /// (`ipc_user_reduction`), which only a file compiled by nvcc has. This header includes no CUDA header.

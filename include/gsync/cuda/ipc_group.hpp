@@ -6,7 +6,7 @@
 /// page (cuda/ipc_counters.hpp), and the watchdog that turns a dead, stuck or mismatched peer into
 /// `gsync::error` on every survivor. Set-up and teardown code: nothing here touches elements.
 ///
-/// Set-up, collective over the communicator (detail/ipc_collective.hpp drives it):
+/// Set-up, collective over the communicator (dispatch/ipc_collective.hpp drives it):
 /// 1. `group(...)` makes the arena and the page and fills this rank's `peer_record` (a resource it
 ///    cannot make is recorded with its reason, never thrown);
 /// 2. the records are exchanged; `group_refusal` of them is the same on every rank: empty, or

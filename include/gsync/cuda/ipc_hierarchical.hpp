@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The within-host levels of the hierarchical device allreduce (detail/ipc_hierarchical.hpp runs
+/// The within-host levels of the hierarchical device allreduce (dispatch/ipc_hierarchical.hpp runs
 /// them around a host-staged allreduce across hosts), queued on the caller's stream like the other
 /// CUDA IPC schedules (cuda/ipc_schedule.hpp says how one step is ordered), and the choice between
 /// the two hierarchical forms.

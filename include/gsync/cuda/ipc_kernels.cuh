@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The CUDA implementation of `cuda::ipc_kernels` (cuda/ipc_api.hpp), installed when this header
-/// is included (detail/device_collective.hpp includes it under nvcc, so every `.cu` file that
+/// is included (dispatch/device_collective.hpp includes it under nvcc, so every `.cu` file that
 /// includes gsync's collectives brings it). One kernel per element type; the operator is a
 /// kernel argument (one branch per launch, taken alike by every thread). Each thread runs the
 /// element engine of cuda/ipc_reduce.hpp over 16-byte packs in a grid-stride loop, reading the

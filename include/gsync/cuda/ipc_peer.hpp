@@ -17,7 +17,7 @@
 #include <string>
 #include <type_traits>
 
-#include "gsync/bootstrap/host_id.hpp"
+#include "gsync/detail/kernel_id.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/ipc_api.hpp"
@@ -71,7 +71,7 @@ inline void fill_process(peer_record& r) {
   r.pid = static_cast<std::int32_t>(::getpid());
   struct stat st{};
   if (::stat("/proc/self/ns/pid", &st) == 0) r.pid_ns = static_cast<std::uint64_t>(st.st_ino);
-  set_field(r.machine, bootstrap::kernel_id());
+  set_field(r.machine, gsync::detail::kernel_id());
 }
 
 /// How one rank reaches a peer's arena.

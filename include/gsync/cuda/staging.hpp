@@ -257,7 +257,7 @@ class device_state final : public gate_owner {
   }
 
   /// Set once the communicator's ranks passed the barrier after making these resources (caller
-  /// thread; detail/device_collective.hpp).
+  /// thread; dispatch/device_collective.hpp).
   bool collectively_prepared = false;
 
   runtime_api& api() noexcept { return api_; }  ///< the runtime

@@ -35,7 +35,7 @@
 ///
 /// Compression plugs in as the bucket reducer (grad/device_reducers.hpp): int8 is encoded and
 /// decoded on the GPU, other policies run the host schedule on a pinned copy. The element passes
-/// come from `cuda::grad_kernels` (cuda/grad_api.hpp): include <gsync/cuda/grad_kernels.cuh> in one
+/// come from `cuda::grad_kernels` (grad/device_api.hpp): include <gsync/grad/device_kernels.cuh> in one
 /// `.cu` file of the program.
 
 #include <algorithm>
@@ -57,10 +57,10 @@
 #include "gsync/communicator.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
-#include "gsync/cuda/grad_api.hpp"
+#include "gsync/grad/device_api.hpp"
 #include "gsync/cuda/staging.hpp"
 #include "gsync/cuda/stream_holds.hpp"
-#include "gsync/detail/device_collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
 #include "gsync/device_span.hpp"
 #include "gsync/grad/bucket_plan.hpp"
 #include "gsync/grad/bucket_synchronizer.hpp"

@@ -41,7 +41,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/fingerprint.hpp"
-#include "gsync/detail/collective.hpp"
+#include "gsync/dispatch/collective.hpp"
 #include "gsync/grad/compression.hpp"
 #include "gsync/grad/quantize.hpp"
 

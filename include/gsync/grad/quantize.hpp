@@ -93,7 +93,7 @@ inline constexpr float negligible_amax = 0x1p-100f;
 
 namespace detail {
 // One element of each pass, shared by the host loops below and the device kernels
-// (cuda/quantize.cuh), so both give the same bits. On the device each product and sum is rounded
+// (grad/quantize.cuh), so both give the same bits. On the device each product and sum is rounded
 // on its own, whatever nvcc's flags (core/exact_fp.hpp: nvcc would otherwise fuse them into one
 // FMA, which rounds once, or flush subnormals under -ftz=true); a host build must not contract
 // them either (no -ffp-contract=fast with an FMA target).

@@ -51,6 +51,7 @@ struct send_op {
   const std::byte* p;
   std::size_t n;
   std::size_t done;  ///< bytes handed over, header included
+  std::uint64_t ref = 0;  ///< a by-reference message's number on its link (shared memory single copy), else 0
 };
 
 /// The header a sender writes for message `id` of `bytes` bytes.
@@ -59,13 +60,13 @@ inline frame_header make_header(message_id id, std::size_t bytes) {
 }
 
 /// Name of the operation kind a wire tag belongs to, for logs (the tags are assigned in
-/// detail/collective.hpp: one per collective kind, point-to-point above 2^31; 8 is the start-up
+/// dispatch/collective.hpp: one per collective kind, point-to-point above 2^31; 8 is the start-up
 /// probe of transport/link_probe.hpp, 9 the int8 compressed allreduce of grad/int8_exchange.hpp).
 inline std::string tag_kind(std::uint32_t tag) {
   static constexpr const char* kinds[] = {"?",      "allreduce", "reduce_scatter", "allgather",       "broadcast",
                                          "reduce", "alltoall",  "barrier",        "start-up network probe",
                                          "compressed_allreduce"};
-  if (tag >= 0x80000000u) return "send/recv (tag " + std::to_string(tag - 0x80000000u) + ")";
+  if (is_p2p_tag(tag)) return "send/recv (tag " + std::to_string(tag & ~tag_p2p) + ")";
   return tag < std::size(kinds) ? kinds[tag] : "tag " + std::to_string(tag);
 }
 
@@ -73,11 +74,11 @@ inline std::string tag_kind(std::uint32_t tag) {
 /// between the pair": the call a message belongs to (`p2p_role` names the point-to-point side).
 inline std::string describe_message(std::uint32_t tag, std::uint64_t seq, const fingerprint& fp,
                                     std::string_view p2p_role = "send/recv") {
-  if (tag >= 0x80000000u) {
+  if (is_p2p_tag(tag)) {
     fingerprint f = fp;
     f.algo = 0;
     std::string c = describe_call(p2p_role, f);
-    c.insert(c.size() - 1, (f.dtype ? ", tag " : "tag ") + std::to_string(tag - 0x80000000u));
+    c.insert(c.size() - 1, (f.dtype ? ", tag " : "tag ") + std::to_string(tag & ~tag_p2p));
     return c + " as message #" + std::to_string(seq) + " between the pair";
   }
   return describe_call(tag_kind(tag), fp) + " as " + gsync::detail::op_label(seq);

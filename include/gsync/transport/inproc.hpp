@@ -246,7 +246,7 @@ class inproc {
   // broadcast's root only send, and would wait for each other until the timeout; see
   // transport/mesh/diagnostics.ipp, cross_check). Point-to-point numbers are per pair and not compared.
   void cross_check(std::unique_lock<std::mutex>& lk, int p, const message_id& id) {
-    if (p == me_ || id.tag == 0 || id.tag >= 0x80000000u) return;
+    if (p == me_ || id.tag == 0 || is_p2p_tag(id.tag)) return;
     auto& q = w_->box(p, me_);
     const auto it = find(q);
     if (it == q.end()) return;

@@ -142,6 +142,14 @@ struct ring_ctl {
   alignas(64) std::atomic<std::uint64_t> head{0};  ///< bytes ever published by the producer
   alignas(64) std::atomic<std::uint64_t> tail{0};  ///< bytes ever released by the consumer
   std::uint64_t stamp_key = 0;  ///< drawn by the ring's owner at creation, read once by the producer
+  /// The consumer's answer to the by-reference message it is at (single copy:
+  /// transport/shm_single_copy.hpp): (its number << 1) | 1 when it declines it (the producer then
+  /// writes the payload into the ring after it), (its number << 1) once it has read the payload
+  /// out of the producer's memory (the producer's buffer is then free again).
+  std::atomic<std::uint64_t> ref_answer{0};
+  /// Set by the consumer once it has read the producer's memory at set-up (the probe of
+  /// shm_single_copy.hpp): from then on the producer may send large payloads by reference.
+  std::atomic<std::uint32_t> single_copy{0};
 };
 static_assert(sizeof(ring_ctl) == 128);
 
@@ -158,6 +166,14 @@ constexpr std::uint64_t align64(std::uint64_t x) noexcept { return (x + 63) & ~s
 /// The stamp of the message starting at ring position `start` (a multiple of 64) of a ring with
 /// key `key` (low 6 bits clear, so a stamp is never 0, the value of a ring never written).
 constexpr std::uint64_t stamp_of(std::uint64_t start, std::uint64_t key) noexcept { return (start + 1) ^ key; }
+/// The stamp of a by-reference message (its payload stays in the producer's memory; the 8 bytes
+/// after the header hold its address: transport/shm_single_copy.hpp): the top bit flipped, which
+/// no ring position reaches, so it never equals a plain message's stamp.
+constexpr std::uint64_t ref_stamp_of(std::uint64_t start, std::uint64_t key) noexcept {
+  return stamp_of(start, key) ^ (std::uint64_t{1} << 63);
+}
+/// Ring bytes of a by-reference message: stamp, header and the payload's address (one cache line).
+inline constexpr std::size_t ref_slot = 64;
 
 /// Payload bytes of an n-byte message starting at `start` that its stamp vouches for: the first
 /// ones, up to stamped_payload_max, as far as the end of a ring of `cap` bytes (the producer
@@ -179,11 +195,14 @@ inline std::uint64_t get_stamp(std::byte* at) noexcept {
 /// First bytes of every segment.
 struct segment_header {
   std::uint32_t magic = 0x4D485347u;  ///< "GSHM"
-  std::uint32_t version = 2;          ///< 2: messages carry stamps
+  std::uint32_t version = 3;          ///< 2: messages carry stamps; 3: by-reference messages
   std::uint32_t slots = 0;            ///< rings in the segment (ranks on the host)
   std::uint32_t reserved = 0;
   std::uint64_t ring_bytes = 0;       ///< data bytes of every ring
   doorbell db;                        ///< the owner's doorbell
+  std::int64_t owner_pid = 0;         ///< the owner's process id, as it sees it (single copy)
+  std::uint64_t probe_addr = 0;       ///< where `probe_value` lies in the owner's memory (single copy)
+  std::uint64_t probe_value = 0;      ///< a random word the peers read there to prove they can
 };
 
 /// Where the rings start in a segment.
@@ -277,6 +296,8 @@ class segment {
 
   /// The owner's doorbell.
   doorbell& bell() const noexcept { return reinterpret_cast<segment_header*>(base_)->db; }
+  /// The segment's first bytes.
+  segment_header& header() const noexcept { return *reinterpret_cast<segment_header*>(base_); }
   /// Control words of ring `slot`.
   ring_ctl& ctl(std::uint32_t slot) const noexcept {
     const std::size_t rb = reinterpret_cast<const segment_header*>(base_)->ring_bytes;

@@ -26,7 +26,7 @@
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/build_mode.hpp"
 #include "gsync/detail/function_ref.hpp"
-#include "gsync/transport/tcp_options.hpp"
+#include "gsync/core/tcp_options.hpp"
 
 namespace gsync::bootstrap {
 class store_client;

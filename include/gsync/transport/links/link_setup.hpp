@@ -13,7 +13,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/log.hpp"
 #include "gsync/core/topology.hpp"
-#include "gsync/transport/tcp_options.hpp"
+#include "gsync/core/tcp_options.hpp"
 
 namespace gsync::bootstrap {
 class store_client;

@@ -44,6 +44,7 @@ class shm_endpoint {
                     static_cast<unsigned long long>(s.nonce), s.rank);
       try {
         seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local_.size()), s.opt->shm_ring_bytes);
+        shm::publish_probe(seg_.header());
         rec = std::string(nb) + " " + std::to_string(s.opt->shm_ring_bytes) + (light_capable ? " 1" : " 0");
       } catch (const error& e) {
         s.log.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(s.rank) + " over TCP");
@@ -77,6 +78,20 @@ class shm_endpoint {
     const std::uint32_t me = slot_of(s.rank), them = slot_of(peer);
     std::memset(ps.data(me), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
     l.attach(&ps.ctl(me), ps.data(me), rb, &seg_.ctl(them), seg_.data(them), s.opt->shm_ring_bytes, &ps.bell());
+    // Single copy: this rank reads the peer's large payloads from its memory if the kernel lets
+    // it (the probe word reads back), which the flag in the pair's inbound ring tells the peer.
+    l.set_single_copy(s.opt->shm_single_copy_bytes);
+    if (s.opt->shm_single_copy_bytes != 0) {
+      int why = 0;
+      if (shm::probe_peer(ps.header(), why)) {
+        l.set_peer_process(ps.header().owner_pid);
+        seg_.ctl(them).single_copy.store(1, std::memory_order_release);
+        ++single_copy_;
+      } else {
+        refused_ += (refused_.empty() ? "" : ", ") + std::to_string(peer);
+        refused_why_ = why;
+      }
+    }
     linked_.push_back(&l);
     return true;
   }
@@ -87,7 +102,12 @@ class shm_endpoint {
   /// The fences this host's shared-memory pairs use, for the set-up log.
   std::string report() const {
     if (linked_.empty()) return {};
-    return light_ ? "shared-memory fences: membarrier" : "shared-memory fences: full";
+    std::string r = light_ ? "shared-memory fences: membarrier" : "shared-memory fences: full";
+    if (single_copy_ > 0) r += "; single copy (process_vm_readv) from " + std::to_string(single_copy_) + " of " + std::to_string(linked_.size()) + " same-host peers";
+    if (!refused_.empty())
+      r += "; the kernel refuses single copy from rank(s) " + refused_ + " (" + std::strerror(refused_why_) +
+           ": Yama ptrace_scope, seccomp, or another PID namespace): their large messages cross the ring in two copies";
+    return r;
   }
 
   /// True when this rank has a segment (then its doorbell is where its waits sleep).
@@ -128,6 +148,9 @@ class shm_endpoint {
   std::vector<shm_link*> linked_;        // the links connected (the mesh's, stable from set-up on)
   std::vector<std::string> records_;     // same-host ranks' records, by slot (read once, record_of)
   bool light_ = false;
+  std::size_t single_copy_ = 0;          // peers whose memory this rank reads by reference
+  std::string refused_;                  // peers whose memory the kernel would not let it read
+  int refused_why_ = 0;                  // ... and the errno it gave
 };
 
 static_assert(link_endpoint<shm_endpoint, shm_link>);

@@ -7,6 +7,10 @@
 /// and hands the payload over where it lies in the ring, so a reduction reads the peer's bytes in
 /// place. Waiting, routing and the failure protocol are the mesh's (transport/mesh/); set-up
 /// (segments, mapping) is transport/mesh/setup.ipp, which hands the rings over with `attach`.
+/// A collective's payload of at least `set_single_copy`'s bytes goes by reference where the
+/// consumer proved at set-up that it can read this process (transport/shm_single_copy.hpp): the
+/// ring carries its address, the consumer copies it once (or, reducing, declines it and gets the
+/// payload through the ring), and the frame completes when the consumer has answered.
 /// What the choices of algorithms and memory paths read about it: `link_traits<shm_link>`.
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include "gsync/detail/function_ref.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/shm.hpp"
+#include "gsync/transport/shm_single_copy.hpp"
 
 namespace gsync::transport {
 
@@ -50,6 +55,13 @@ class shm_link {
   void set_light_fences(bool light) noexcept { light_ = light; }
   /// True once attached.
   bool active() const noexcept { return out_ != nullptr; }
+  /// Producer: sends collective payloads of at least `min_bytes` by reference when the consumer
+  /// allows it (0: never).
+  void set_single_copy(std::size_t min_bytes) noexcept { ref_min_ = min_bytes; }
+  /// Consumer: the producer's process, whose memory by-reference messages point into.
+  void set_peer_process(std::int64_t pid) noexcept { peer_pid_ = pid; }
+  /// Bytes of a by-reference payload read per call (the progress loop gets control back between).
+  static constexpr std::size_t ref_piece = 1 << 20;
 
   /// Frames posted and not yet fully copied into the peer's ring.
   std::deque<send_op> q;
@@ -67,17 +79,42 @@ class shm_link {
   void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
 
   /// Copies as much of the queue into the ring as there is room for, publishing as it goes; adds
-  /// the frames completed to `completed`; `bytes` is nonzero when any byte moved (a ring cannot
-  /// fail: `err` stays 0). Messages start on 64-byte boundaries: [stamp][frame header][payload];
-  /// the stamp goes in once the header and the payload's stamped bytes are written (shm.hpp).
+  /// the frames completed to `completed`; `bytes` is nonzero when any byte moved or a
+  /// by-reference frame was answered (a ring cannot fail: `err` stays 0). Messages start on
+  /// 64-byte boundaries: [stamp][frame header][payload]; the stamp goes in once the header and the
+  /// payload's stamped bytes are written (shm.hpp). A by-reference frame stays at the queue's
+  /// front, nothing behind it moving, until the consumer answers: read (the frame is complete) or
+  /// declined (its payload then follows the reference through the ring, as a plain frame's).
   link_io pump(std::size_t& completed) {
     const std::uint64_t cap = out_cap_;
     std::uint64_t head = out_->head.load(std::memory_order_relaxed);  // only this rank writes it
     const std::uint64_t head0 = head;
     bool moved = false, unpublished = false;
+    if (!q.empty() && q.front().ref != 0) {
+      auto& op = q.front();
+      const std::uint64_t a = out_->ref_answer.load(std::memory_order_acquire);
+      if ((a >> 1) != op.ref) return link_io{};  // not answered yet
+      moved = true;
+      if (a & 1) {
+        op.ref = 0;
+        op.done = sizeof(frame_header);  // declined: the payload goes on from its first byte, at `head`
+      } else {
+        q.pop_front();
+        ++completed;
+      }
+    }
     while (!q.empty()) {
       auto& op = q.front();
       if (op.done == 0) {
+        if (by_reference(op)) {
+          if (begin_ref(head, op)) {
+            op.ref = ++refs_sent_;
+            op.done = sizeof(frame_header) + op.n;
+            publish(head);
+            moved = true, unpublished = false;
+          }
+          break;  // the answer comes later
+        }
         const std::size_t first = begin(head, op.h, op.p, op.n);
         if (first == SIZE_MAX) break;
         op.done = sizeof(frame_header) + first;
@@ -113,7 +150,10 @@ class shm_link {
   /// True once the ring holds what the pending read needs: the next frame's stamp (after
   /// `expect_header`), or the payload bytes `read_some` last found missing.
   bool ready() const noexcept {
-    if (need_stamp_) return shm::get_stamp(in_data_ + stamp_at_) == need_stamp_;
+    if (need_stamp_) {
+      const std::uint64_t st = shm::get_stamp(in_data_ + stamp_at_);
+      return st == need_stamp_ || st == (need_stamp_ ^ ref_bit);
+    }
     return in_->head.load(std::memory_order_acquire) >= need_head_;
   }
   /// Takes the header once `ready` (the stamped payload bytes are then known to be there too).
@@ -121,9 +161,16 @@ class shm_link {
   /// one store and one wake-up check per small message.
   void take_header(frame_header& h) noexcept {
     static_assert(sizeof(frame_header) == shm::header_slot - shm::header_offset);
-    need_stamp_ = 0;
     const std::uint64_t start = shm::align64(in_pos_);
     std::memcpy(&h, in_data_ + stamp_at_ + shm::header_offset, sizeof h);
+    if (shm::get_stamp(in_data_ + stamp_at_) != need_stamp_) [[unlikely]] {  // by reference: the payload's address follows
+      std::memcpy(&ref_src_, in_data_ + stamp_at_ + shm::header_slot, sizeof ref_src_);
+      ref_left_ = static_cast<std::size_t>(h.bytes);
+      need_stamp_ = 0;
+      in_known_ = in_pos_ = start + shm::ref_slot;
+      return;
+    }
+    need_stamp_ = 0;
     in_pos_ = start + shm::header_slot;
     in_known_ = in_pos_ + shm::stamped_payload(start, static_cast<std::size_t>(h.bytes), in_cap_);
   }
@@ -132,7 +179,8 @@ class shm_link {
   /// at what a peer sent without consuming it); false when none has arrived.
   bool peek_header(frame_header& h) const noexcept {
     const std::uint64_t start = shm::align64(in_pos_);
-    if (shm::get_stamp(in_data_ + start % in_cap_) != shm::stamp_of(start, in_key_)) return false;
+    const std::uint64_t st = shm::get_stamp(in_data_ + start % in_cap_);
+    if (st != shm::stamp_of(start, in_key_) && st != shm::ref_stamp_of(start, in_key_)) return false;
     std::memcpy(&h, in_data_ + start % in_cap_ + shm::header_offset, sizeof h);
     return true;
   }
@@ -176,6 +224,7 @@ class shm_link {
   /// `read_some` in the concept's shape (a ring cannot fail: `err` stays 0).
   link_io try_payload(std::byte* dst, std::size_t want, std::size_t align,
                       detail::function_ref<void(std::span<const std::byte>)>* consume) {
+    if (ref_left_) [[unlikely]] return read_ref(dst, want, align, consume);
     return link_io{read_some(dst, want, align, consume), false, 0};
   }
 
@@ -217,6 +266,50 @@ class shm_link {
     head = start + shm::header_slot + first;
     return first;
   }
+  static constexpr std::uint64_t ref_bit = std::uint64_t{1} << 63;  // shm::ref_stamp_of
+
+  // A collective's frame (not a point-to-point one, whose sender may count on an early
+  // completion) large enough, to a consumer that can read this process.
+  bool by_reference(const send_op& op) const noexcept {
+    return ref_min_ != 0 && op.n >= ref_min_ && !is_p2p_tag(op.h.tag) && op.h.magic == frame_magic &&
+           out_->single_copy.load(std::memory_order_acquire) != 0;
+  }
+  // Starts by-reference message `op` at the first 64-byte boundary from `head` if there is room:
+  // header, the payload's address, then the stamp.
+  bool begin_ref(std::uint64_t& head, const send_op& op) noexcept {
+    const std::uint64_t start = shm::align64(head);
+    if (!room(head, start - head + shm::ref_slot)) return false;
+    std::byte* at = out_data_ + start % out_cap_;
+    std::memcpy(at + shm::header_offset, &op.h, sizeof op.h);
+    const std::uint64_t addr = reinterpret_cast<std::uintptr_t>(op.p);
+    std::memcpy(at + shm::header_slot, &addr, sizeof addr);
+    shm::put_stamp(at, shm::ref_stamp_of(start, out_key_));
+    head = start + shm::ref_slot;
+    return true;
+  }
+  // Reads the next piece of a by-reference payload from the producer's memory into `dst`; the
+  // last piece answers "read", which frees the producer's buffer. A reduction (`consume`)
+  // declines at once instead (shm_single_copy.hpp): the payload then comes through the ring.
+  link_io read_ref(std::byte* dst, std::size_t want, std::size_t align,
+                   detail::function_ref<void(std::span<const std::byte>)>* consume) {
+    if (consume) {
+      ref_left_ = 0;
+      in_->ref_answer.store((++refs_taken_ << 1) | 1, std::memory_order_release);
+      release();  // the reference's slot, and the wake-up the producer waits for
+      return link_io{read_some(dst, want, align, consume), false, 0};
+    }
+    const std::size_t k = std::min({want, ref_left_, ref_piece});
+    if (const int e = shm::read_peer(peer_pid_, ref_src_, dst, k)) return link_io{0, false, e};
+    // A producer that failed meanwhile may have freed the buffer: what was read cannot be trusted.
+    if (peer_failed()) return link_io{0, false, link_io::closed};
+    ref_src_ += k;
+    ref_left_ -= k;
+    if (ref_left_ == 0) {
+      in_->ref_answer.store(++refs_taken_ << 1, std::memory_order_release);
+      release();
+    }
+    return link_io{k, false, 0};
+  }
   // Publishes the head (release) and wakes the consumer if it sleeps.
   void publish(std::uint64_t head) noexcept {
     out_->head.store(head, std::memory_order_release);
@@ -244,6 +337,15 @@ class shm_link {
   std::uint64_t in_pos_ = 0;      // bytes of `in` read; published as its tail after each piece
   shm::doorbell* bell_ = nullptr; // the peer's doorbell
   bool light_ = false;
+  // Single copy (shm_single_copy.hpp). Producer side:
+  std::size_t ref_min_ = 0;        // smallest payload sent by reference (0: none)
+  std::uint64_t refs_sent_ = 0;    // by-reference messages written into `out` (the last one's number)
+  // Consumer side:
+  std::int64_t peer_pid_ = 0;      // the producer's process
+  std::uint64_t ref_src_ = 0;      // where the by-reference payload being read goes on
+  std::size_t ref_left_ = 0;       // its bytes still to read (0: none being read)
+  std::uint64_t refs_taken_ = 0;   // by-reference messages answered on `in`
+
 };
 
 static_assert(link<shm_link>);

@@ -14,7 +14,7 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   call_lock g(*this);
   check_usable();
   posted_bytes_ += n;
-  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
+  if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   // A lower rank not connected yet is dialed now; frames for a higher one wait in its queue
   // until it dials this rank (connect.ipp).
@@ -51,7 +51,7 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
 inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
   call_lock g(*this);
   check_usable();
-  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
+  if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   read_claim claim;
   if (g.locked()) {
@@ -77,7 +77,7 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl, std::byte* staging) {
   call_lock g(*this);
   check_usable();
-  if (id.tag < 0x80000000u && id.fp.comm == 0) cur_op_ = id.seq;
+  if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   if (align == 0 || align > opt_.staging_bytes) align = 1;
   read_claim claim;

@@ -23,7 +23,7 @@ namespace gsync::transport {
                     (id.fp.comm ? " in " + comm_label(id.fp.comm) : std::string()) + " (" +
                     std::to_string(payload_bytes(id.fp)) + " bytes per rank) timed out" + w + " for " + what +
                     (blocked.empty() ? "" : " (sends still queued to ranks " + blocked + ")");
-  if (id.tag >= 0x80000000u) msg += p2p_wait_hint(in_peer);
+  if (is_p2p_tag(id.tag)) msg += p2p_wait_hint(in_peer);
   else if (id.seq != 0) {
     if (auto m = other_call(id, now + std::chrono::seconds(1))) fail(errc::mismatch, *m);
     if (id.fp.comm == 0) msg += behind_report(id.seq, now + std::chrono::seconds(1));
@@ -78,7 +78,7 @@ inline std::optional<std::chrono::steady_clock::time_point> host_mesh::stall_che
                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
                     (in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to take queued data"));
   if (id.fp.comm != 0) msg += " in " + comm_label(id.fp.comm);
-  log_.warn(msg + (id.tag >= 0x80000000u ? p2p_wait_hint(in_peer)
+  log_.warn(msg + (is_p2p_tag(id.tag) ? p2p_wait_hint(in_peer)
                    : id.fp.comm == 0 ? behind_report(id.seq, now + std::chrono::seconds(2))
                                      : std::string()));
   return now;
@@ -110,7 +110,7 @@ inline void host_mesh::withdraw_stall_record() noexcept {
 // call. Collectives only (point-to-point messages are numbered per pair). Best effort: nullopt
 // when there is none or the store cannot say.
 inline std::optional<std::string> host_mesh::other_call(message_id id, deadline sdl, int only) {
-  if (id.seq == 0 || id.tag >= 0x80000000u) return std::nullopt;
+  if (id.seq == 0 || is_p2p_tag(id.tag)) return std::nullopt;
   try {
     for (int j = only >= 0 ? only : 0; j < (only >= 0 ? only + 1 : size_); ++j) {
       if (j == rank_) continue;
@@ -119,7 +119,7 @@ inline std::optional<std::string> host_mesh::other_call(message_id id, deadline 
       std::uint64_t seq = 0;
       std::uint32_t tag = 0;
       fingerprint fp;
-      if (!records::parse_stall_record(store_->get(key, sdl), seq, tag, fp) || seq != id.seq || tag >= 0x80000000u) continue;
+      if (!records::parse_stall_record(store_->get(key, sdl), seq, tag, fp) || seq != id.seq || is_p2p_tag(tag)) continue;
       // A peer waiting in another communicator's operation of the same number is no mismatch.
       if (fp.comm != id.fp.comm) continue;
       if (tag == id.tag && fp == id.fp) continue;
@@ -166,7 +166,7 @@ inline std::string host_mesh::behind_report(std::uint64_t seq, deadline sdl) {
 // believing to be a broadcast's root wait for different parents). Point-to-point messages are
 // numbered per pair and are not compared across peers.
 inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now) {
-  if (id.seq == 0 || id.tag >= 0x80000000u || id.seq != stall_.seq || id.tag != stall_.tag || id.fp.comm != stall_.comm) return;
+  if (id.seq == 0 || is_p2p_tag(id.tag) || id.seq != stall_.seq || id.tag != stall_.tag || id.fp.comm != stall_.comm) return;
   if (now - stall_.since < std::chrono::milliseconds(100)) return;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || p == in_peer || peers_[p].reading) continue;  // (shared mode: another thread reads p)

@@ -230,7 +230,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   peers_[peer].tcp().mark_closed();
   // Operation numbers of other communicators than the world cannot be compared with the
   // record's: such a wait meets the peer's loss when it next needs the peer.
-  if (id.tag >= 0x80000000u || id.seq == 0 || id.fp.comm != 0) return;
+  if (is_p2p_tag(id.tag) || id.seq == 0 || id.fp.comm != 0) return;
   if (hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();  // the root cause, and the store may be frozen with it
   try {
     const deadline d = failure_lookup_deadline();

@@ -53,7 +53,7 @@
 #include "gsync/bootstrap/auth.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
-#include "gsync/detail/socket.hpp"
+#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::transport {
 

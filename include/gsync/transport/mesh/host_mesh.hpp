@@ -115,8 +115,8 @@
 #include "gsync/detail/aligned_buffer.hpp"
 #include "gsync/detail/crc32c.hpp"
 #include "gsync/detail/random.hpp"
-#include "gsync/detail/socket.hpp"
-#include "gsync/detail/tick_clock.hpp"
+#include "gsync/bootstrap/socket.hpp"
+#include "gsync/core/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/link_probe.hpp"
 #include "gsync/transport/links/link_list.hpp"
@@ -128,7 +128,7 @@
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/shm.hpp"
-#include "gsync/transport/tcp_options.hpp"
+#include "gsync/core/tcp_options.hpp"
 
 namespace gsync::transport {
 

@@ -6,7 +6,7 @@
 ///   invalid_argument saying why anywhere else.
 /// - The automatic algorithm takes CUDA IPC where the group, the element type and the operator
 ///   allow (`algo::choose_device_allreduce` picks among the device algorithms by their models),
-///   and otherwise host staging (the host algorithm chosen per window, detail/device_collective.hpp).
+///   and otherwise host staging (the host algorithm chosen per window, dispatch/device_collective.hpp).
 /// - A host algorithm (template argument or GSYNC_ALGO) runs on host staging.
 /// Each choice is logged once per shape at GSYNC_DEBUG=INFO, with its reason.
 
@@ -24,8 +24,8 @@
 #include "gsync/cuda/ipc_api.hpp"
 #include "gsync/cuda/ipc_plan.hpp"
 #include "gsync/cuda/ipc_schedule.hpp"
-#include "gsync/detail/ipc_collective.hpp"
-#include "gsync/detail/ipc_hierarchical.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
+#include "gsync/dispatch/ipc_hierarchical.hpp"
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {

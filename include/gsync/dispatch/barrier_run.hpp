@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `detail::barrier_run`: the schedule of one barrier (gsync::barrier, and the collective step that
-/// prepares a communicator's device resources, detail/device_collective.hpp).
+/// prepares a communicator's device resources, dispatch/device_collective.hpp).
 
 #include <type_traits>
 
@@ -11,7 +11,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/ops.hpp"
-#include "gsync/detail/collective.hpp"
+#include "gsync/dispatch/collective.hpp"
 
 namespace gsync::detail {
 

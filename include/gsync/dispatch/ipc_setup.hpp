@@ -8,7 +8,7 @@
 /// logged at GSYNC_DEBUG=INFO. A rank whose settings (GSYNC_CUDA_IPC_DISABLE) or program (no IPC
 /// kernels) rule CUDA IPC out skips the exchange: those are alike on every rank of a job.
 /// When the ranks span several hosts, each host's ranks form their own group (group rank = local
-/// index) for the hierarchical device allreduce (detail/ipc_hierarchical.hpp); every host must
+/// index) for the hierarchical device allreduce (dispatch/ipc_hierarchical.hpp); every host must
 /// form its group, or every rank keeps to staging.
 ///
 /// Included at the end of each collective header that has a device overload (it needs the host
@@ -22,10 +22,11 @@
 #include <vector>
 
 #include "gsync/algo/select.hpp"
-#include "gsync/allgather.hpp"
+#include "gsync/dispatch/host_allgather.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/core/log.hpp"
-#include "gsync/detail/ipc_collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
 
 namespace gsync::detail {
 

@@ -8,9 +8,9 @@
 /// fails it, and breaks the communicator, when a peer died, stalled or enqueued something else.
 ///
 /// Whether a communicator's device collectives use CUDA IPC is decided once, collectively, at its
-/// first eligible device collective (detail/ipc_setup.hpp); otherwise they use host staging
-/// (detail/device_collective.hpp). Eligible: the automatic algorithm (or a forced device one,
-/// detail/ipc_allreduce.hpp), a built-in element type, and a built-in operator or a user operator
+/// first eligible device collective (dispatch/ipc_setup.hpp); otherwise they use host staging
+/// (dispatch/device_collective.hpp). Eligible: the automatic algorithm (or a forced device one,
+/// dispatch/ipc_allreduce.hpp), a built-in element type, and a built-in operator or a user operator
 /// whose kernel this file compiled (nvcc: `cuda::ipc_user_reduction`); in a .cpp file a user
 /// operator stays on staging, whose host schedule runs it, and INFO says so.
 
@@ -34,7 +34,7 @@
 #include "gsync/cuda/ipc_group.hpp"
 #include "gsync/cuda/ipc_schedule.hpp"
 #include "gsync/cuda/stream_holds.hpp"
-#include "gsync/detail/collective.hpp"
+#include "gsync/dispatch/collective.hpp"
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
@@ -44,7 +44,7 @@ struct ipc_state {
   std::unique_ptr<cuda::ipc::group> group;  ///< null: host staging
   std::string refusal;                      ///< why not (for logs)
   /// The ranks span several hosts: `group` holds the ranks of this rank's host (group rank = local
-  /// index), and only allreduce uses it, in the hierarchical form (detail/ipc_hierarchical.hpp);
+  /// index), and only allreduce uses it, in the hierarchical form (dispatch/ipc_hierarchical.hpp);
   /// the other device collectives keep to host staging.
   bool across_hosts = false;
   std::vector<int> cross;  ///< across hosts: the ranks with this rank's local index, by host
@@ -54,7 +54,7 @@ struct ipc_state {
   bool flat() const noexcept { return group && !across_hosts; }
 };
 
-/// The IPC state of `comm`, set up collectively on first use (detail/ipc_setup.hpp). Null when
+/// The IPC state of `comm`, set up collectively on first use (dispatch/ipc_setup.hpp). Null when
 /// set-up could not run (the communicator is broken; the caller's staging path then throws it).
 template <class X>
 std::shared_ptr<ipc_state> ipc_state_of(communicator<X>& comm);

@@ -28,15 +28,15 @@
 #include "gsync/cuda/staged_primitives.hpp"
 #include "gsync/cuda/staging.hpp"
 #include "gsync/cuda/stream_holds.hpp"
-#include "gsync/detail/barrier_run.hpp"
-#include "gsync/detail/collective.hpp"
+#include "gsync/dispatch/barrier_run.hpp"
+#include "gsync/dispatch/collective.hpp"
 #include "gsync/device_span.hpp"
 
 #if defined(__CUDACC__) || (defined(GSYNC_WITH_CUDA) && GSYNC_WITH_CUDA)
 #include "gsync/cuda/cuda_runtime_api.hpp"
 #endif
 #if defined(__CUDACC__)
-#include "gsync/cuda/ipc_kernels.cuh"  // device collectives between GPUs of one machine (detail/ipc_collective.hpp)
+#include "gsync/cuda/ipc_kernels.cuh"  // device collectives between GPUs of one machine (dispatch/ipc_collective.hpp)
 #endif
 
 namespace gsync::detail {

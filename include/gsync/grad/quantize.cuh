@@ -12,7 +12,7 @@
 /// `decode` is elementwise, grid-stride.
 
 #if !defined(__CUDACC__)
-#error "gsync/cuda/quantize.cuh holds CUDA kernels: compile this file with nvcc (or clang in CUDA mode)"
+#error "gsync/grad/quantize.cuh holds CUDA kernels: compile this file with nvcc (or clang in CUDA mode)"
 #endif
 
 #include <cuda_runtime.h>

@@ -13,7 +13,7 @@
 /// a thread that saw some adds its count with one atomic, the others add nothing.
 
 #if !defined(__CUDACC__)
-#error "gsync/cuda/cast.cuh holds CUDA kernels: compile this file with nvcc (or clang in CUDA mode)"
+#error "gsync/grad/cast.cuh holds CUDA kernels: compile this file with nvcc (or clang in CUDA mode)"
 #endif
 
 #include <cuda_runtime.h>

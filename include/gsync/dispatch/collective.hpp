@@ -19,7 +19,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/memory_space.hpp"
 #include "gsync/core/primitives.hpp"
-#include "gsync/detail/tick_clock.hpp"
+#include "gsync/core/tick_clock.hpp"
 
 namespace gsync::detail {
 
@@ -34,9 +34,7 @@ inline constexpr std::uint32_t tag_barrier = 7;         ///< barrier messages
 // 8: the TCP transport's start-up network probe (transport/link_probe.hpp, probe_tag).
 /// The int8 compressed allreduce's messages (grad/int8_exchange.hpp).
 inline constexpr std::uint32_t tag_compressed_allreduce = 9;
-/// Point-to-point messages carry `tag_p2p | user_tag` (user tags are 0..2^31-1), a tag space of
-/// their own that no collective uses.
-inline constexpr std::uint32_t tag_p2p = 0x80000000u;
+// Point-to-point messages carry `tag_p2p | user_tag` (core/concepts.hpp).
 
 /// Name of an operator for logs: its `name` member if any, else "user".
 template <class Op>

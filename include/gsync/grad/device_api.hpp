@@ -6,7 +6,7 @@
 /// element types named at run time, so that the device synchronizer (grad/device_synchronizer.hpp)
 /// is plain C++ and tested on machines without a GPU.
 ///
-/// The real implementation is `cuda/grad_kernels.cuh` (kernels: include it in one `.cu` file of the
+/// The real implementation is `grad/device_kernels.cuh` (kernels: include it in one `.cu` file of the
 /// program, which installs it); the tests install a host stand-in (tests/support/fake_cuda.hpp)
 /// that runs the host passes of grad/nonfinite.hpp on its fake streams. Every pass is queued on a
 /// stream and computes each element with the host pass's own function, so the bits are the host's.
@@ -56,7 +56,7 @@ class grad_kernels {
 };
 
 namespace detail {
-/// The process's gradient kernels: set by cuda/grad_kernels.cuh, or by a test.
+/// The process's gradient kernels: set by grad/device_kernels.cuh, or by a test.
 inline std::atomic<grad_kernels*>& grad_kernels_slot() noexcept {
   static std::atomic<grad_kernels*> slot{nullptr};
   return slot;
@@ -67,11 +67,11 @@ inline std::atomic<grad_kernels*>& grad_kernels_slot() noexcept {
 inline grad_kernels* set_grad_kernels(grad_kernels* k) noexcept { return detail::grad_kernels_slot().exchange(k); }
 
 /// The installed gradient kernels; throws `errc::cuda` when no file of the program included
-/// gsync/cuda/grad_kernels.cuh (which needs nvcc).
+/// gsync/grad/device_kernels.cuh (which needs nvcc).
 inline grad_kernels& current_grad_kernels() {
   if (grad_kernels* k = detail::grad_kernels_slot().load(std::memory_order_acquire)) return *k;
   throw error(errc::cuda,
-              "device gradients: no gradient kernels in this program: include <gsync/cuda/grad_kernels.cuh> in one .cu file "
+              "device gradients: no gradient kernels in this program: include <gsync/grad/device_kernels.cuh> in one .cu file "
               "compiled by nvcc");
 }
 

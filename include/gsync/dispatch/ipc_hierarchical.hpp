@@ -2,14 +2,14 @@
 /// \file
 /// The hierarchical allreduce of device buffers, for communicators whose ranks span several hosts
 /// with the same number of ranks (L) on each, when the ranks of every host formed a CUDA IPC group
-/// (detail/ipc_setup.hpp). Everything is queued on the caller's stream and watched from the
+/// (dispatch/ipc_setup.hpp). Everything is queued on the caller's stream and watched from the
 /// communicator's progress engine, one job per level, run in order.
 ///
 /// How chunks move.
 /// - Three-level form (large messages): (1) reduce-scatter inside the host over CUDA IPC
 ///   (cuda/ipc_hierarchical.hpp): local rank i ends up with part i of the buffer combined over its
 ///   host, in its output buffer; (2) the ranks with local index i, one per host, allreduce part i
-///   through host staging (detail/device_collective.hpp: the stream waits while the part is copied
+///   through host staging (dispatch/device_collective.hpp: the stream waits while the part is copied
 ///   to pinned memory, reduced across hosts by a host schedule, finalized, and copied back);
 ///   (3) allgather inside the host over CUDA IPC. Each host link carries 2(H-1)/H of the buffer,
 ///   as the host hierarchical algorithm's (algo/hierarchical.hpp).
@@ -37,9 +37,9 @@
 #include "gsync/core/request.hpp"
 #include "gsync/cuda/ipc_hierarchical.hpp"
 #include "gsync/cuda/ipc_schedule.hpp"
-#include "gsync/detail/collective.hpp"
-#include "gsync/detail/device_collective.hpp"
-#include "gsync/detail/ipc_collective.hpp"
+#include "gsync/dispatch/collective.hpp"
+#include "gsync/dispatch/device_collective.hpp"
+#include "gsync/dispatch/ipc_collective.hpp"
 #include "gsync/detail/hd.hpp"
 
 namespace gsync::detail {
