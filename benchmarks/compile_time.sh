@@ -2,8 +2,8 @@
 # Compile time of a user's translation unit against gsync: the working tree against an earlier
 # revision (default 185d716, before the header-only / separate-compilation split), in one run.
 #
-# Three cases (an empty main including <gsync/allreduce.hpp>, one calling tcp_communicator::from_env,
-# and examples/allreduce_hello.cpp) are compiled with `-c` (no link) in each mode: header-only for
+# Four cases (an empty main including <gsync/allreduce.hpp>, one calling tcp_communicator::from_env,
+# one running an allreduce on a communicator it is given, and examples/allreduce_hello.cpp) are compiled with `-c` (no link) in each mode: header-only for
 # both revisions, and GSYNC_SEPARATE_COMPILATION where the revision has it. Repetitions are
 # interleaved (rep 1 of every configuration, then rep 2, ...) so machine noise hits both revisions
 # alike. Reported per configuration: preprocessed lines, best and median wall seconds, peak memory
@@ -80,10 +80,18 @@ cat > "$tmp/from_env.cpp" << 'EOF'
 #include <gsync/allreduce.hpp>
 int main() { auto c = gsync::tcp_communicator::from_env(); }
 EOF
-cases=(empty from_env hello)
+# A file of an engine that runs collectives on a communicator made elsewhere (issue 52: it must
+# not cost more than before the set-up code moved out of the communicator).
+cat > "$tmp/given.cpp" << 'EOF'
+#include <gsync/allreduce.hpp>
+#include <span>
+void step(gsync::tcp_communicator& comm, std::span<float> grads) { gsync::allreduce(comm, grads, gsync::op::avg{}); }
+EOF
+cases=(empty from_env given hello)
 declare -A case_file=(
   [empty]="$tmp/empty.cpp"
   [from_env]="$tmp/from_env.cpp"
+  [given]="$tmp/given.cpp"
   [hello]="$repo/examples/allreduce_hello.cpp"
 )
 [[ -f "${case_file[hello]}" ]] || die "missing ${case_file[hello]}"

@@ -151,25 +151,29 @@ struct collective_choice {
   }
 };
 
-/// Chooses the broadcast algorithm for `bytes` over `world` ranks placed as `topo`, honouring
-/// `forced` (GSYNC_ALGO_BROADCAST). Allocation-free unless `forced` is invalid.
-inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
-                                   const topology* topo = nullptr) {
+/// Chooses the algorithm of a rooted collective (`collective`: "broadcast" or "reduce", whose
+/// override is `env`) for `bytes` over `world` ranks placed as `topo`: the binomial tree or the
+/// pipelined chain, whichever the model prices lower, unless `forced` names one. Allocation-free
+/// unless `forced` is invalid.
+inline collective_choice choose_rooted(std::string_view collective, std::string_view env, std::size_t bytes, int world,
+                                       std::size_t segment_bytes, std::string_view forced, const topology* topo) {
   const double ab = alpha_bytes_for(topo);
   collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id_of<binomial_tree>
                                                                                                  : collective_id_of<ring>;
-  if (auto f = parse_collective("broadcast", forced, "GSYNC_ALGO_BROADCAST")) id = *f;
-  return {id, "broadcast", bytes, world, segment_bytes, forced, ab};
+  if (auto f = parse_collective(collective, forced, env)) id = *f;
+  return {id, collective, bytes, world, segment_bytes, forced, ab};
 }
 
-/// Chooses the reduce algorithm (same model as broadcast), honouring `forced` (GSYNC_ALGO_REDUCE).
+/// Chooses the broadcast algorithm (`choose_rooted`), honouring `forced` (GSYNC_ALGO_BROADCAST).
+inline collective_choice choose_broadcast(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
+                                          const topology* topo = nullptr) {
+  return choose_rooted("broadcast", "GSYNC_ALGO_BROADCAST", bytes, world, segment_bytes, forced, topo);
+}
+
+/// Chooses the reduce algorithm (`choose_rooted`, as broadcast), honouring `forced` (GSYNC_ALGO_REDUCE).
 inline collective_choice choose_reduce(std::size_t bytes, int world, std::size_t segment_bytes, std::string_view forced,
-                                   const topology* topo = nullptr) {
-  const double ab = alpha_bytes_for(topo);
-  collective_id id = tree_cost(bytes, world, ab) <= chain_cost(bytes, world, segment_bytes, ab) ? collective_id_of<binomial_tree>
-                                                                                                 : collective_id_of<ring>;
-  if (auto f = parse_collective("reduce", forced, "GSYNC_ALGO_REDUCE")) id = *f;
-  return {id, "reduce", bytes, world, segment_bytes, forced, ab};
+                                       const topology* topo = nullptr) {
+  return choose_rooted("reduce", "GSYNC_ALGO_REDUCE", bytes, world, segment_bytes, forced, topo);
 }
 
 /// The automatic choice for reduce_scatter and allgather with blocks of `bytes` over `world` ranks.

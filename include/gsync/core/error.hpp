@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <system_error>
 
 namespace gsync {
@@ -82,6 +83,19 @@ class error : public std::system_error {
  private:
   std::runtime_error what_;  // reference-counted: copying the exception never throws
 };
+
+namespace detail {
+/// A peer's failure message without the "rank P reported: " a relay may already have put before it.
+inline std::string unrelayed(int peer, std::string why) {
+  const std::string pre = "rank " + std::to_string(peer) + " reported: ";
+  if (why.rfind(pre, 0) == 0) why.erase(0, pre.size());
+  return why;
+}
+/// "rank P reported: WHY": a failure passed on from peer P, one level of "reported" kept.
+inline std::string relayed(int peer, std::string why) {
+  return "rank " + std::to_string(peer) + " reported: " + unrelayed(peer, std::move(why));
+}
+}  // namespace detail
 
 }  // namespace gsync
 

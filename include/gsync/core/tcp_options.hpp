@@ -46,8 +46,8 @@ struct tcp_options {
   std::size_t shm_ring_bytes = 1 << 20;
   /// A collective's message of at least this many bytes crosses shared memory in one copy, read
   /// by the receiver from the sender's memory (process_vm_readv, transport/shm_single_copy.hpp),
-  /// where the kernel allows it; smaller ones, and pairs it refuses, go through the ring
-  /// (GSYNC_SHM_SINGLE_COPY: a size, 0 turns it off).
+  /// where the kernel allows it and the machine runs no more ranks than cores; smaller ones, and
+  /// pairs it refuses, go through the ring (GSYNC_SHM_SINGLE_COPY: a size, 0 turns it off).
   std::size_t shm_single_copy_bytes = 1 << 20;
   /// Time the links between hosts at start-up when the ranks span several hosts
   /// (transport/link_probe.hpp; GSYNC_NET_PROBE=0 turns it off). Every rank must agree.

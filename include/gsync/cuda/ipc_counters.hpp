@@ -24,12 +24,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "gsync/core/error.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/stream_holds.hpp"
+#include "gsync/detail/posix_shm.hpp"
 #include "gsync/detail/random.hpp"
 
 namespace gsync::cuda::ipc {
@@ -67,89 +69,46 @@ inline bool reached(std::uint64_t have, std::uint64_t want) noexcept { return st
 /// A mapping of one control page (its own, created; or a peer's, opened by name).
 class page_mapping {
  public:
-  page_mapping() = default;
-  page_mapping(const page_mapping&) = delete;
-  page_mapping& operator=(const page_mapping&) = delete;
-  page_mapping(page_mapping&& o) noexcept
-      : base_(std::exchange(o.base_, nullptr)), name_(std::move(o.name_)), linked_(std::exchange(o.linked_, false)) {}
-  page_mapping& operator=(page_mapping&& o) noexcept {
-    if (this != &o) {
-      reset();
-      base_ = std::exchange(o.base_, nullptr);
-      name_ = std::move(o.name_);
-      linked_ = std::exchange(o.linked_, false);
-    }
-    return *this;
-  }
-  ~page_mapping() { reset(); }
-
   /// Creates a fresh page with a unique name and maps it. Throws errc::system on failure.
   static page_mapping create() {
     for (int attempt = 0;; ++attempt) {
       char name[64];
       std::snprintf(name, sizeof name, "/gsync-%d-ipc-%016llx", static_cast<int>(::getpid()),
                     static_cast<unsigned long long>(gsync::detail::random::u64()));
-      int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0 && errno == EEXIST && attempt < 8) continue;
-      if (fd < 0) throw error(errc::system, std::string("shm_open(") + name + ", create): " + std::strerror(errno));
+      gsync::detail::posix_shm::failure why;
       page_mapping m;
-      m.name_ = name;
-      m.linked_ = true;
-      const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(page_bytes));
-      if (rc != 0) {
-        ::close(fd);
-        throw error(errc::system, "cannot reserve a page of shared memory for " + m.name_ + ": " + std::strerror(rc) +
+      m.m_ = gsync::detail::posix_shm::create(name, page_bytes, /*populate=*/false, why);
+      if (!m.m_ && why.err == EEXIST && attempt < 8) continue;
+      if (!m.m_ && why.call == std::string_view("posix_fallocate"))
+        throw error(errc::system, std::string("cannot reserve a page of shared memory for ") + name + ": " + std::strerror(why.err) +
                                       " (is /dev/shm full? GSYNC_CUDA_IPC_DISABLE=1 keeps device collectives on host staging)");
-      }
-      m.map(fd);
-      new (m.base_) control_page{};
+      if (!m.m_) throw error(errc::system, std::string(why.call) + "(" + name + ", create): " + std::strerror(why.err));
+      new (m.m_.data()) control_page{};
       return m;
     }
   }
 
   /// Maps the existing page `name` (a peer's). Throws errc::system on failure.
   static page_mapping open(const std::string& name) {
-    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-    if (fd < 0)
-      throw error(errc::system, "shm_open(" + name + "): " + std::strerror(errno) + " (ranks of one machine must run as the same user)");
-    struct stat st{};
-    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != page_bytes) {
-      ::close(fd);
-      throw error(errc::mismatch, "CUDA IPC control page " + name + " has an unexpected size");
-    }
+    gsync::detail::posix_shm::failure why;
     page_mapping m;
-    m.name_ = name;
-    m.map(fd);
+    m.m_ = gsync::detail::posix_shm::open(name, page_bytes, /*populate=*/false, why);
+    if (!m.m_ && why.err == EBADMSG) throw error(errc::mismatch, "CUDA IPC control page " + name + " has an unexpected size");
+    if (!m.m_)
+      throw error(errc::system, std::string(why.call) + "(" + name + "): " + std::strerror(why.err) + " (ranks of one machine must run as the same user)");
     return m;
   }
 
-  control_page& page() const noexcept { return *static_cast<control_page*>(base_); }  ///< the page
-  void* base() const noexcept { return base_; }                                        ///< its address
-  const std::string& name() const noexcept { return name_; }                           ///< its name
+  control_page& page() const noexcept { return *reinterpret_cast<control_page*>(m_.data()); }  ///< the page
+  void* base() const noexcept { return m_.data(); }                                           ///< its address
+  const std::string& name() const noexcept { return m_.name(); }                              ///< its name
   /// Forgets the mapping without unmapping it (memory still registered with CUDA stays mapped).
-  void* release_mapping() noexcept { return std::exchange(base_, nullptr); }
+  void* release_mapping() noexcept { return m_.release_mapping(); }
   /// Removes the name (the page lives on while mapped). Idempotent.
-  void unlink() noexcept {
-    if (linked_) ::shm_unlink(name_.c_str());
-    linked_ = false;
-  }
+  void unlink() noexcept { m_.unlink(); }
 
  private:
-  void map(int fd) {
-    void* p = ::mmap(nullptr, page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int e = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) throw error(errc::system, "mmap(" + name_ + "): " + std::strerror(e));
-    base_ = p;
-  }
-  void reset() noexcept {
-    unlink();
-    if (base_) ::munmap(base_, page_bytes);
-    base_ = nullptr;
-  }
-  void* base_ = nullptr;
-  std::string name_;
-  bool linked_ = false;
+  gsync::detail::posix_shm m_;
 };
 
 /// A control page as the ranks of one process share it: one mapping per page and process (so ranks

@@ -12,6 +12,7 @@
 #include <span>
 #include <type_traits>
 
+#include "gsync/algo/ring.hpp"
 #include "gsync/algo/select.hpp"
 #include "gsync/allreduce.hpp"
 #include "gsync/async.hpp"
@@ -82,8 +83,7 @@ struct allreduce_reducer {
     }
     const std::size_t bytes = job.data.size_bytes();
     if constexpr (wide) {
-      const double n = comm.size();
-      *job.bytes_sent = static_cast<std::uint64_t>(2.0 * (n - 1) / n * static_cast<double>(bytes) + 0.5);
+      *job.bytes_sent = static_cast<std::uint64_t>(algo::ring::allreduce_bytes_sent(world_shape(bytes, comm.size())) + 0.5);
     } else {
       const auto ch = algo::choose_allreduce(bytes, comm.size(), local_costs_of(comm.transport()), comm.settings().algo,
                                              &comm.placement(), nullptr, comm.segment_bytes());

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "gsync/algo/ring.hpp"
 #include "gsync/allreduce.hpp"
 #include "gsync/communicator.hpp"
 #include "gsync/core/error.hpp"
@@ -116,8 +117,7 @@ struct device_allreduce_reducer {
   /// Queues the allreduce of `job.data`. \tparam X transport. \tparam W wire element type.
   template <transport_policy X, class W>
   request start(communicator<X>& comm, const device_bucket_job<W>& job) {
-    const double n = comm.size();
-    *job.bytes_sent = static_cast<std::uint64_t>(2.0 * (n - 1) / n * static_cast<double>(job.data.size_bytes()) + 0.5);
+    *job.bytes_sent = static_cast<std::uint64_t>(algo::ring::allreduce_bytes_sent(world_shape(job.data.size_bytes(), comm.size())) + 0.5);
     if constexpr (std::is_same_v<W, float>) {
       if (job.average) return allreduce_async(comm, job.data, op::avg{}, job.stream);
       return allreduce_async(comm, job.data, op::sum{}, job.stream);

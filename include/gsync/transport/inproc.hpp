@@ -285,10 +285,7 @@ class inproc {
   [[noreturn]] void peer_gone(std::unique_lock<std::mutex>& lk, int peer, const std::string& what) {
     const auto& p = w_->ranks_[peer];
     if (p.kind == errc::mismatch || p.kind == errc::aborted) {
-      const std::string pre = "rank " + std::to_string(peer) + " reported: ";
-      std::string why = p.why;
-      if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());
-      fail(lk, p.kind, who() + "rank " + std::to_string(peer) + " reported: " + why);
+      fail(lk, p.kind, who() + gsync::detail::relayed(peer, p.why));
     }
     fail(lk, errc::peer_lost, who() + "rank " + std::to_string(peer) + " " + what);
   }

@@ -66,8 +66,10 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <string_view>
 
 #include "gsync/core/error.hpp"
+#include "gsync/detail/posix_shm.hpp"
 #include "gsync/detail/random.hpp"
 
 namespace gsync::transport::shm {
@@ -218,50 +220,38 @@ constexpr std::size_t segment_bytes(std::size_t slots, std::size_t ring_bytes) n
 class segment {
  public:
   segment() = default;
-  segment(const segment&) = delete;
-  segment& operator=(const segment&) = delete;
-  segment(segment&& o) noexcept { *this = std::move(o); }
-  segment& operator=(segment&& o) noexcept {
-    if (this != &o) {
-      reset();
-      std::swap(base_, o.base_);
-      std::swap(bytes_, o.bytes_);
-      std::swap(name_, o.name_);
-      std::swap(owner_linked_, o.owner_linked_);
-    }
-    return *this;
-  }
-  ~segment() { reset(); }
 
   /// Creates, sizes (memory reserved now, so a full /dev/shm is an error here, not a SIGBUS later)
   /// and maps segment `name` with `slots` rings of `ring_bytes`. Throws errc::system on failure.
   static segment create(const std::string& name, std::uint32_t slots, std::size_t ring_bytes) {
     const std::size_t bytes = segment_bytes(slots, ring_bytes);
-    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw error(errc::system, "shm_open(" + name + ", create): " + std::strerror(errno));
+    gsync::detail::posix_shm::failure why;
     segment s;
-    s.name_ = name;
-    s.owner_linked_ = true;  // from here on, the destructor unlinks it
-    int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (rc != 0) {
-      ::close(fd);
+    s.m_ = gsync::detail::posix_shm::create(name, bytes, /*populate=*/true, why);
+    if (!s.m_) {
+      if (why.call != std::string_view("posix_fallocate"))
+        throw error(errc::system, std::string(why.call) + "(" + name + ", create): " + std::strerror(why.err));
       std::string room;  // the limit, as the file system says it
       struct statvfs v {};
       if (::statvfs("/dev/shm", &v) == 0)
         room = "/dev/shm holds " + std::to_string((static_cast<unsigned long long>(v.f_blocks) * v.f_frsize) >> 10) + " KiB, " +
                std::to_string((static_cast<unsigned long long>(v.f_bavail) * v.f_frsize) >> 10) + " KiB free; ";
       throw error(errc::system, "cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " + name + ": " +
-                                    std::strerror(rc) + " (" + room + "make it larger: mount -o remount,size=... /dev/shm, in docker --shm-size; "
+                                    std::strerror(why.err) + " (" + room + "make it larger: mount -o remount,size=... /dev/shm, in docker --shm-size; "
                                     "GSYNC_SHM_BYTES makes the rings smaller, GSYNC_SHM_DISABLE=1 uses TCP)");
     }
-    s.map(fd, bytes);
-    // Write every page once now (see map(): MAP_POPULATE alone was not enough).
-    std::memset(s.base_, 0, bytes);
-    auto* h = new (s.base_) segment_header{};
+    // MAP_POPULATE faults every page in now; otherwise each message that reaches a page of the ring
+    // not yet touched pays a page fault in both processes. On virtual machines with shadow page
+    // tables that is still not enough: the first access of each process to each page costs a
+    // hypervisor exit, invisible as a guest page fault (both costs: benchmarks/results/from_code_comments.md).
+    // So the owner writes the whole segment now and each writer writes its ring at set-up
+    // (shm_endpoint::connect).
+    std::memset(s.m_.data(), 0, bytes);
+    auto* h = new (s.m_.data()) segment_header{};
     h->slots = slots;
     h->ring_bytes = ring_bytes;
     for (std::uint32_t i = 0; i < slots; ++i) {
-      auto* c = new (s.base_ + rings_offset + i * (sizeof(ring_ctl) + ring_bytes)) ring_ctl{};
+      auto* c = new (s.m_.data() + rings_offset + i * (sizeof(ring_ctl) + ring_bytes)) ring_ctl{};
       c->stamp_key = detail::random::u64() & ~std::uint64_t{63};
     }
     return s;
@@ -269,71 +259,37 @@ class segment {
 
   /// Maps the existing segment `name`, checking that it has the expected geometry.
   static segment open(const std::string& name, std::uint32_t slots, std::size_t ring_bytes) {
-    const std::size_t bytes = segment_bytes(slots, ring_bytes);
-    int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-    if (fd < 0)
-      throw error(errc::system, "shm_open(" + name + "): " + std::strerror(errno) +
-                                    " (ranks of one host must run as the same user; GSYNC_SHM_DISABLE=1 falls back to TCP)");
-    struct stat st{};
-    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
-      ::close(fd);
-      throw error(errc::mismatch, "shared-memory segment " + name + " has an unexpected size");
-    }
+    gsync::detail::posix_shm::failure why;
     segment s;
-    s.name_ = name;
-    s.map(fd, bytes);
-    const auto* h = reinterpret_cast<const segment_header*>(s.base_);
-    if (h->magic != segment_header{}.magic || h->version != segment_header{}.version || h->slots != slots || h->ring_bytes != ring_bytes)
+    s.m_ = gsync::detail::posix_shm::open(name, segment_bytes(slots, ring_bytes), /*populate=*/true, why);
+    if (!s.m_ && why.err == EBADMSG) throw error(errc::mismatch, "shared-memory segment " + name + " has an unexpected size");
+    if (!s.m_)
+      throw error(errc::system, std::string(why.call) + "(" + name + "): " + std::strerror(why.err) +
+                                    " (ranks of one host must run as the same user; GSYNC_SHM_DISABLE=1 falls back to TCP)");
+    const auto& h = s.header();
+    if (h.magic != segment_header{}.magic || h.version != segment_header{}.version || h.slots != slots || h.ring_bytes != ring_bytes)
       throw error(errc::mismatch, "shared-memory segment " + name + " has an unexpected layout (different gsync versions?)");
     return s;
   }
 
   /// Removes the name (the memory lives on while mapped). Idempotent.
-  void unlink() noexcept {
-    if (owner_linked_) ::shm_unlink(name_.c_str());
-    owner_linked_ = false;
-  }
+  void unlink() noexcept { m_.unlink(); }
 
   /// The owner's doorbell.
-  doorbell& bell() const noexcept { return reinterpret_cast<segment_header*>(base_)->db; }
+  doorbell& bell() const noexcept { return header().db; }
   /// The segment's first bytes.
-  segment_header& header() const noexcept { return *reinterpret_cast<segment_header*>(base_); }
+  segment_header& header() const noexcept { return *reinterpret_cast<segment_header*>(m_.data()); }
   /// Control words of ring `slot`.
   ring_ctl& ctl(std::uint32_t slot) const noexcept {
-    const std::size_t rb = reinterpret_cast<const segment_header*>(base_)->ring_bytes;
-    return *reinterpret_cast<ring_ctl*>(base_ + rings_offset + slot * (sizeof(ring_ctl) + rb));
+    return *reinterpret_cast<ring_ctl*>(m_.data() + rings_offset + slot * (sizeof(ring_ctl) + header().ring_bytes));
   }
   /// Data bytes of ring `slot`.
   std::byte* data(std::uint32_t slot) const noexcept { return reinterpret_cast<std::byte*>(&ctl(slot)) + sizeof(ring_ctl); }
   /// True when mapped.
-  explicit operator bool() const noexcept { return base_ != nullptr; }
+  explicit operator bool() const noexcept { return static_cast<bool>(m_); }
 
  private:
-  void map(int fd, std::size_t bytes) {
-    // MAP_POPULATE: fault every page in now; otherwise each message that reaches a page of the ring not
-    // yet touched pays a page fault in both processes. On virtual machines with shadow page tables that
-    // is still not enough: the first access of each process to each page costs a hypervisor exit,
-    // invisible as a guest page fault (both costs: benchmarks/results/from_code_comments.md). So the
-    // owner writes the whole segment at creation and each writer writes its ring at set-up
-    // (segment::create, transport/mesh/setup.ipp).
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    const int e = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) throw error(errc::system, "mmap(" + name_ + "): " + std::strerror(e));
-    base_ = static_cast<std::byte*>(p);
-    bytes_ = bytes;
-  }
-  void reset() noexcept {
-    unlink();
-    if (base_) ::munmap(base_, bytes_);
-    base_ = nullptr;
-    bytes_ = 0;
-  }
-
-  std::byte* base_ = nullptr;
-  std::size_t bytes_ = 0;
-  std::string name_;
-  bool owner_linked_ = false;
+  gsync::detail::posix_shm m_;
 };
 
 }  // namespace gsync::transport::shm

@@ -8,12 +8,12 @@
 /// in the ring's `ref_answer`. A consumer that is reducing declines instead: copying the payload
 /// out of the other process and then reducing it would cost it more than the producer's copy into
 /// the ring (process_vm_readv copies at about two thirds of memcpy's rate here, pinning every page:
-/// benchmarks/results/shm_single_copy.md), so the producer then writes the payload into the ring
+/// benchmarks/results/issue52/single_copy.md), so the producer then writes the payload into the ring
 /// right after the reference, and it is read in place as any other. Nothing else goes into the ring
 /// while a reference waits for its answer.
 ///
-/// The kernel may refuse (Yama ptrace_scope 2 or 3, a seccomp filter, ranks in different PID
-/// namespaces or users). So at set-up every consumer proves it can read each same-host producer:
+/// The kernel may refuse (Yama ptrace_scope 1 between ranks not each other's ancestors, 2 or 3; a
+/// seccomp filter; ranks in different PID namespaces or users). So at set-up every consumer proves it can read each same-host producer:
 /// the producer publishes, in its segment header, its pid, and the address and value of a random
 /// word of its memory; the consumer reads that word and, only when it matches, sets the ring's
 /// `single_copy` flag, which the producer reads before sending by reference. A refused pair keeps

@@ -76,12 +76,15 @@ class shm_endpoint {
     auto& ps = peer_segs_[static_cast<std::size_t>(peer)];
     ps = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local_.size()), rb);
     const std::uint32_t me = slot_of(s.rank), them = slot_of(peer);
-    std::memset(ps.data(me), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::map)
+    std::memset(ps.data(me), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::create)
     l.attach(&ps.ctl(me), ps.data(me), rb, &seg_.ctl(them), seg_.data(them), s.opt->shm_ring_bytes, &ps.bell());
     // Single copy: this rank reads the peer's large payloads from its memory if the kernel lets
     // it (the probe word reads back), which the flag in the pair's inbound ring tells the peer.
+    // Not where ranks share cores: there the reader's copy takes a core another rank needs, and it
+    // measured no faster than the ring (benchmarks/results/issue52/compare_ompi_shm.md, N = 4).
     l.set_single_copy(s.opt->shm_single_copy_bytes);
-    if (s.opt->shm_single_copy_bytes != 0) {
+    if (s.shares_cores) shares_cores_ = true;
+    if (s.opt->shm_single_copy_bytes != 0 && !s.shares_cores) {
       int why = 0;
       if (shm::probe_peer(ps.header(), why)) {
         l.set_peer_process(ps.header().owner_pid);
@@ -103,6 +106,7 @@ class shm_endpoint {
   std::string report() const {
     if (linked_.empty()) return {};
     std::string r = light_ ? "shared-memory fences: membarrier" : "shared-memory fences: full";
+    if (shares_cores_ && single_copy_ == 0) r += "; no single copy (more ranks than cores)";
     if (single_copy_ > 0) r += "; single copy (process_vm_readv) from " + std::to_string(single_copy_) + " of " + std::to_string(linked_.size()) + " same-host peers";
     if (!refused_.empty())
       r += "; the kernel refuses single copy from rank(s) " + refused_ + " (" + std::strerror(refused_why_) +
@@ -149,6 +153,7 @@ class shm_endpoint {
   std::vector<std::string> records_;     // same-host ranks' records, by slot (read once, record_of)
   bool light_ = false;
   std::size_t single_copy_ = 0;          // peers whose memory this rank reads by reference
+  bool shares_cores_ = false;            // ... none: this machine runs more ranks than cores
   std::string refused_;                  // peers whose memory the kernel would not let it read
   int refused_why_ = 0;                  // ... and the errno it gave
 };

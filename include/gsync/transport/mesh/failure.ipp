@@ -140,11 +140,10 @@ inline health_report host_mesh::health() const noexcept {
     if (broken_) throw;
     why += " [cut short]";
   }
-  const std::string pre = "rank " + std::to_string(peer) + " reported: ";
-  if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+  why = gsync::detail::unrelayed(peer, std::move(why));
   const errc k = nt.kind;
   if (k == errc::mismatch || k == errc::aborted || k == errc::corrupted)
-    fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+    fail(k, "rank " + std::to_string(rank_) + ": " + gsync::detail::relayed(peer, why));
   // The rank the notifier lost first, when it knew one (the notifier itself is alive: it wrote).
   const int first = nt.first;
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " failed" +
@@ -257,11 +256,9 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
         const std::string rec = store_->get(failed_key(peer), d);
         const auto parsed = records::parse_failure_record(rec);
         const errc k = parsed ? parsed->kind : errc::system;
-        std::string why = parsed ? parsed->why : rec;
-        const std::string pre = "rank " + std::to_string(peer) + " reported: ";
-        if (why.rfind(pre, 0) == 0) why = why.substr(pre.size());  // keep one level of "reported"
+        const std::string why = gsync::detail::unrelayed(peer, parsed ? parsed->why : rec);
         if (k == errc::mismatch || k == errc::aborted || k == errc::corrupted)
-          fail(k, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " reported: " + why);
+          fail(k, "rank " + std::to_string(rank_) + ": " + gsync::detail::relayed(peer, why));
         fail(errc::peer_lost, msg + "; it had failed: " + why, culprit);
       }
       // No failure record: the peer did not fail (a failing rank records why before its
