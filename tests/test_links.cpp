@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,44 @@ struct tcp_pair {
 
 static_assert(gsync::link<tcp_link>);
 static_assert(gsync::link<shm_link>);
+
+// The concept states what the mesh's waits call, by how a link is waited for: a link written
+// outside include/ with every frame call but not the descriptor (or the doorbell calls) it
+// declares is refused at compile time, not at the mesh's first wait.
+namespace outside {
+template <gsync::link_wait W, bool Fd, bool Bell>
+struct sketch_link {
+  using frame = frame_header;
+  static constexpr std::string_view name = "sketch";
+  std::deque<gsync::transport::send_op> q;
+  void post(const frame&, const std::byte*, std::size_t) {}
+  bool post_direct(const frame&, const std::byte*, std::size_t) { return false; }
+  gsync::link_io pump(std::size_t&) { return {}; }
+  gsync::link_io try_header(frame&, std::byte*, std::size_t) { return {}; }
+  gsync::link_io try_payload(std::byte*, std::size_t, std::size_t, gsync::detail::function_ref<void(std::span<const std::byte>)>*) {
+    return {};
+  }
+  void end_read() {}
+  bool peek_header(frame&) const { return false; }
+  bool peer_gone() const { return false; }
+  void close() {}
+  int fd() const requires Fd { return -1; }
+  bool ready() const requires Bell { return false; }
+  std::uint32_t peer_failed() const requires Bell { return 0; }
+};
+}  // namespace outside
+template <gsync::link_wait W, bool Fd, bool Bell>
+struct gsync::link_traits<outside::sketch_link<W, Fd, Bell>> {
+  static constexpr link_costs costs{"sketch", cost_model::tcp_loopback(), false};
+  static constexpr link_wait wait = W;
+  static constexpr bool reads_in_place = false;
+  static constexpr std::size_t payload_align = 1;
+};
+static_assert(gsync::link<outside::sketch_link<gsync::link_wait::descriptor, true, false>>);
+static_assert(!gsync::link<outside::sketch_link<gsync::link_wait::descriptor, false, true>>);  // no descriptor
+static_assert(gsync::link<outside::sketch_link<gsync::link_wait::doorbell, false, true>>);
+static_assert(!gsync::link<outside::sketch_link<gsync::link_wait::doorbell, true, false>>);  // no doorbell calls
+static_assert(!gsync::link<std::deque<int>>);  // no traits at all
 
 TEST_CASE("links: shared-memory link moves frames through its ring, wrapping, and reads in place") {
   shm_pair pair("frames");

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "gsync/core/error.hpp"  // excluded_exit_status
+#include "gsync/detail/posix_shm.hpp"  // shm_name
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -1015,7 +1016,7 @@ class job {
     while (dirent* e = ::readdir(d)) {
       for (const rank_state& rank : ranks_) {
         if (rank.pid <= 0) continue;
-        const std::string prefix = "gsync-" + std::to_string(rank.pid) + "-";
+        const std::string prefix = gsync::detail::shm_name(rank.pid, "").substr(1);  // /dev/shm lists names without the leading slash
         if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) doomed.push_back(std::string("/dev/shm/") + e->d_name);
       }
     }

@@ -168,6 +168,21 @@ struct link_io {
 ///   word and `l.wake_peer_strong()` rings the peer's doorbell (shared memory).
 enum class link_wait : std::uint8_t { descriptor, doorbell };
 
+/// Compile-time facts of link type `L` (one ordered pair of ranks over one medium: TCP, shared
+/// memory; transport/links/). Every link type specializes it with
+/// - `costs`: its `link_costs` (the cost model of a message over it, and whether the two ranks
+///   share memory);
+/// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging
+///   (what a mesh of such links states in its `transport_traits`; both links today move host
+///   memory only, the default);
+/// - `wait`: how the mesh waits for it (`link_wait`);
+/// - `reads_in_place`: whether a reduction can read its payloads where they lie (`try_payload`
+///   with `consume`), and `payload_align`, the alignment they then start at; a link without it
+///   is read through the mesh's staging buffer.
+/// \tparam L a link type.
+template <class L>
+struct link_traits;
+
 /// A link: the data path between this rank and one peer over one medium (TCP, shared memory;
 /// transport/links/), as a mesh composes them (transport/mesh/: one link per peer carries its
 /// data, picked at set-up as the first type in the mesh's list that connects the pair). Every
@@ -186,10 +201,30 @@ enum class link_wait : std::uint8_t { descriptor, doorbell };
 ///   the payload, copied to `dst`, or, when `link_traits<L>::reads_in_place`, handed to
 ///   `*consume` where it lies in pieces that are multiples of `align`; `l.end_read()` ends the
 ///   frame; `l.peek_header(h)` copies the next header without taking it, when it has arrived;
-/// - `l.peer_gone()` is liveness, looked at without waiting; `l.close()` ends the link.
+/// - `l.peer_gone()` is liveness, looked at without waiting; `l.close()` ends the link;
+/// - what the mesh's waits need, by `link_traits<L>::wait`: a `descriptor` link names the
+///   descriptor poll(2) watches (`cl.fd()`, readable when a read can go on, writable when a
+///   queued frame can); a `doorbell` link lives in memory both ranks map and says without a
+///   system call whether the read the mesh waits for can go on (`cl.ready()`) and whether the peer
+///   raised its failed word (`cl.peer_failed()`: 0 while it runs), the peer ringing this rank's
+///   doorbell whenever it writes or frees room;
+/// - `link_traits<L>` gives its `costs`, `wait`, `reads_in_place` and `payload_align`.
 /// \tparam L a link type.
 template <class L>
 concept link = std::movable<L> &&
+               requires {
+                 { link_traits<L>::costs } -> std::convertible_to<link_costs>;
+                 { link_traits<L>::wait } -> std::convertible_to<link_wait>;
+                 { link_traits<L>::reads_in_place } -> std::convertible_to<bool>;
+                 { link_traits<L>::payload_align } -> std::convertible_to<std::size_t>;
+               } &&
+               (link_traits<L>::wait != link_wait::descriptor || requires(const L& cl) {
+                 { cl.fd() } -> std::convertible_to<int>;
+               }) &&
+               (link_traits<L>::wait != link_wait::doorbell || requires(const L& cl) {
+                 { cl.ready() } -> std::convertible_to<bool>;
+                 { cl.peer_failed() } -> std::convertible_to<std::uint32_t>;
+               }) &&
                requires(L& l, const L& cl, const typename L::frame& f, typename L::frame& h, const std::byte* p,
                         std::byte* d, std::size_t n, std::size_t& done,
                         detail::function_ref<void(std::span<const std::byte>)>* consume) {
@@ -205,21 +240,6 @@ concept link = std::movable<L> &&
   { cl.peer_gone() } -> std::convertible_to<bool>;
   l.close();
 };
-
-/// Compile-time facts of link type `L` (one ordered pair of ranks over one medium: TCP, shared
-/// memory; transport/links/). Every link type specializes it with
-/// - `costs`: its `link_costs` (the cost model of a message over it, and whether the two ranks
-///   share memory);
-/// - `moves_host_memory`, `moves_device_memory`: the memory spaces it can move without staging
-///   (what a mesh of such links states in its `transport_traits`; both links today move host
-///   memory only, the default);
-/// - `wait`: how the mesh waits for it (`link_wait`);
-/// - `reads_in_place`: whether a reduction can read its payloads where they lie (`try_payload`
-///   with `consume`), and `payload_align`, the alignment they then start at; a link without it
-///   is read through the mesh's staging buffer.
-/// \tparam L a link type.
-template <class L>
-struct link_traits;
 
 /// Compile-time capabilities of a transport. Specialize for a transport that has more (or less);
 /// deriving the specialization from `transport_traits<void>` keeps the defaults of what it does

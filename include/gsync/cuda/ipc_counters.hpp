@@ -72,15 +72,15 @@ class page_mapping {
   /// Creates a fresh page with a unique name and maps it. Throws errc::system on failure.
   static page_mapping create() {
     for (int attempt = 0;; ++attempt) {
-      char name[64];
-      std::snprintf(name, sizeof name, "/gsync-%d-ipc-%016llx", static_cast<int>(::getpid()),
-                    static_cast<unsigned long long>(gsync::detail::random::u64()));
+      char what[32];
+      std::snprintf(what, sizeof what, "ipc-%016llx", static_cast<unsigned long long>(gsync::detail::random::u64()));
+      const std::string name = gsync::detail::shm_name(static_cast<long>(::getpid()), what);
       gsync::detail::posix_shm::failure why;
       page_mapping m;
       m.m_ = gsync::detail::posix_shm::create(name, page_bytes, /*populate=*/false, why);
       if (!m.m_ && why.err == EEXIST && attempt < 8) continue;
       if (!m.m_ && why.call == std::string_view("posix_fallocate"))
-        throw error(errc::system, std::string("cannot reserve a page of shared memory for ") + name + ": " + std::strerror(why.err) +
+        throw error(errc::system, "cannot reserve a page of shared memory for " + name + ": " + std::strerror(why.err) +
                                       " (is /dev/shm full? GSYNC_CUDA_IPC_DISABLE=1 keeps device collectives on host staging)");
       if (!m.m_) throw error(errc::system, std::string(why.call) + "(" + name + ", create): " + std::strerror(why.err));
       new (m.m_.data()) control_page{};

@@ -13,9 +13,17 @@
 #include <cerrno>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace gsync::detail {
+
+/// The name of a shared-memory object gsync makes in process `pid`: "/gsync-<pid>-<what>". The pid
+/// lets a launcher remove what a child that died during set-up left (gsyncrun removes
+/// /dev/shm/gsync-<pid>-*); "/gsync-" tells gsync's names from others'.
+inline std::string shm_name(long pid, std::string_view what) {
+  return "/gsync-" + std::to_string(pid) + "-" + std::string(what);
+}
 
 /// A mapped shared-memory object (RAII: unmaps on destruction, and unlinks the name while it owns it).
 class posix_shm {

@@ -19,6 +19,7 @@
 
 #include "gsync/bootstrap/store_client.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/detail/posix_shm.hpp"
 #include "gsync/transport/links/link_setup.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/shm.hpp"
@@ -39,13 +40,13 @@ class shm_endpoint {
     // can, and the host uses them only if all can.
     const bool light_capable = s.opt->shm_light && !s.shares_cores && shm::asymmetric_fences_available();
     if (s.opt->shm && local_.size() > 1) {
-      char nb[96];
-      std::snprintf(nb, sizeof nb, "/gsync-%ld-%016llx-%d", static_cast<long>(::getpid()),
-                    static_cast<unsigned long long>(s.nonce), s.rank);
+      char what[48];
+      std::snprintf(what, sizeof what, "%016llx-%d", static_cast<unsigned long long>(s.nonce), s.rank);
+      const std::string nb = gsync::detail::shm_name(static_cast<long>(::getpid()), what);
       try {
         seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local_.size()), s.opt->shm_ring_bytes);
         shm::publish_probe(seg_.header());
-        rec = std::string(nb) + " " + std::to_string(s.opt->shm_ring_bytes) + (light_capable ? " 1" : " 0");
+        rec = nb + " " + std::to_string(s.opt->shm_ring_bytes) + (light_capable ? " 1" : " 0");
       } catch (const error& e) {
         s.log.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(s.rank) + " over TCP");
       }

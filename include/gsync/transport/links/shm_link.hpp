@@ -348,8 +348,6 @@ class shm_link {
 
 };
 
-static_assert(link<shm_link>);
-
 class shm_endpoint;  // transport/links/shm_endpoint.hpp
 
 }  // namespace gsync::transport
@@ -368,4 +366,5 @@ struct link_traits<transport::shm_link> {
   static constexpr std::size_t payload_align = 8;  ///< payloads start 8-byte aligned in the ring (shm.hpp)
   using endpoint = transport::shm_endpoint;  ///< rank-wide set-up (`link_endpoint`): the segments
 };
+static_assert(link<transport::shm_link>);  // after its traits: the concept reads them
 }  // namespace gsync

@@ -201,8 +201,6 @@ class tcp_link {
   std::size_t hdr_got_ = 0;  // bytes of the next frame's header taken so far (try_header)
 };
 
-static_assert(link<tcp_link>);
-
 /// The TCP link's endpoint (`link_endpoint`): the mesh's own connection to a peer is a TCP link
 /// (it also carries the hello, the failure notices and, for a pair whose data goes another way,
 /// the liveness signal). TCP connects every pair, at start-up or when the pair is first used
@@ -231,4 +229,5 @@ struct link_traits<transport::tcp_link> {
   static constexpr std::size_t payload_align = 1;
   using endpoint = transport::tcp_endpoint;  ///< rank-wide set-up (`link_endpoint`)
 };
+static_assert(link<transport::tcp_link>);  // after its traits: the concept reads them
 }  // namespace gsync
