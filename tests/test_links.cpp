@@ -36,6 +36,23 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
+// What a reduction's reads hand over, summed as doubles (pieces must hold whole elements).
+struct double_sum {
+  double sum = 0;
+  std::size_t seen = 0;
+  auto reader() {
+    return [this](std::span<const std::byte> piece) {
+      CHECK(piece.size() % sizeof(double) == 0);
+      for (std::size_t i = 0; i < piece.size() / sizeof(double); ++i) {
+        double x;
+        std::memcpy(&x, piece.data() + i * sizeof(double), sizeof x);
+        sum += x;
+      }
+      seen += piece.size();
+    };
+  }
+};
+
 // Both ends of one shared-memory link in this process: rank 0's segment `a` (slot 1 is rank 1's
 // ring to it) and rank 1's `b` (slot 0 is rank 0's ring to it); l0 is rank 0's link, l1 rank 1's.
 struct shm_pair {
@@ -160,18 +177,11 @@ TEST_CASE("links: shared-memory link moves frames through its ring, wrapping, an
   REQUIRE(l1.ready());
   frame_header got;
   l1.take_header(got);
-  double sum = 0;
-  std::size_t seen = 0;
-  auto consume = [&](std::span<const std::byte> piece) {
-    CHECK(piece.size() % sizeof(double) == 0);
-    for (std::size_t i = 0; i < piece.size() / sizeof(double); ++i) {
-      double x;
-      std::memcpy(&x, piece.data() + i * sizeof(double), sizeof x);
-      sum += x;
-    }
-    seen += piece.size();
-  };
+  double_sum acc;
+  auto consume = acc.reader();
   gsync::detail::function_ref<void(std::span<const std::byte>)> cref(consume);
+  double& sum = acc.sum;
+  std::size_t& seen = acc.seen;
   for (int rounds = 0; seen < n; ++rounds) {
     REQUIRE(rounds < 100);
     if (l1.read_some(nullptr, n - seen, sizeof(double), &cref) == 0) l0.pump(done);
@@ -411,18 +421,11 @@ TEST_CASE("links: shared-memory single copy sends large payloads by reference, c
     CHECK(h.seq == 3);
     l0.pump(done);
     CHECK(b.ctl(0).head.load() == head_ref);  // nothing behind an unanswered reference moves
-    double sum = 0;
-    std::size_t seen = 0;
-    auto consume = [&](std::span<const std::byte> piece) {
-      CHECK(piece.size() % sizeof(double) == 0);
-      for (std::size_t i = 0; i < piece.size() / sizeof(double); ++i) {
-        double x;
-        std::memcpy(&x, piece.data() + i * sizeof(double), sizeof x);
-        sum += x;
-      }
-      seen += piece.size();
-    };
+    double_sum acc;
+    auto consume = acc.reader();
     gsync::detail::function_ref<void(std::span<const std::byte>)> cref(consume);
+    double& sum = acc.sum;
+    std::size_t& seen = acc.seen;
     const std::uint64_t before = l1.read_position();
     for (int rounds = 0; seen < n; ++rounds) {
       REQUIRE(rounds < 100);
