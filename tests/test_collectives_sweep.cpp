@@ -2,8 +2,9 @@
 // algorithm that implements it plus the automatic choice, over world sizes 1..8, per-rank counts
 // {0, 1, N-1, 37 with 16-byte segments, 10007 with 4 KiB segments (4099 with 1 KiB under the
 // sanitizers), a large one}, in place and out
-// of place, over the in-process transport, real TCP on loopback, and the conformance suite's
-// transport defined in tests/ (support/mailbox_transport.hpp). reduce_scatter runs every
+// of place, over the in-process transport, real TCP on loopback, the conformance suite's
+// transport defined in tests/ (support/mailbox_transport.hpp), and gsync's mesh with a link type
+// defined in tests/ (support/uds_link.hpp). reduce_scatter runs every
 // dtype x every op (under the sanitizers a covering subset: every dtype, every op); reduce every op over a
 // representative dtype subset; the others that subset (under the sanitizers one dtype per element width).
 // Reducing results are checked element-wise against a double-precision reference; replicated
@@ -23,6 +24,7 @@
 
 #include "support/failures.hpp"
 #include "support/mailbox_transport.hpp"
+#include "support/uds_world.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
@@ -367,6 +369,7 @@ void run_sweep(const char* transport, int n) {
   auto body = [&](auto& comm, world_sync& sync) { sweep_all(comm, sync, fails, transport); };
   if (std::string(transport) == "inproc") run_inproc(n, body, test_config());
   else if (std::string(transport) == "mailbox") run_mailbox(n, body, test_config());  // the conformance suite's transport
+  else if (std::string(transport) == "uds") run_uds(n, body, test_config());  // a mesh whose first link is defined in tests/
   else run_tcp(n, body, test_config());
   for (const auto& f : fails.list) FAIL_CHECK(f);
   CHECK(fails.list.empty());
@@ -393,6 +396,14 @@ GSYNC_COLL_SWEEP("tcp", 5)
 GSYNC_COLL_SWEEP("tcp", 6)
 GSYNC_COLL_SWEEP("tcp", 7)
 GSYNC_COLL_SWEEP("tcp", 8)
+GSYNC_COLL_SWEEP("uds", 1)
+GSYNC_COLL_SWEEP("uds", 2)
+GSYNC_COLL_SWEEP("uds", 3)
+GSYNC_COLL_SWEEP("uds", 4)
+GSYNC_COLL_SWEEP("uds", 5)
+GSYNC_COLL_SWEEP("uds", 6)
+GSYNC_COLL_SWEEP("uds", 7)
+GSYNC_COLL_SWEEP("uds", 8)
 GSYNC_COLL_SWEEP("mailbox", 1)
 GSYNC_COLL_SWEEP("mailbox", 2)
 GSYNC_COLL_SWEEP("mailbox", 3)

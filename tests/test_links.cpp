@@ -17,7 +17,10 @@
 #include <gsync/transport/links/link_list.hpp>
 #include <gsync/transport/links/shm_link.hpp>
 #include <gsync/transport/links/tcp_link.hpp>
-#include <gsync/transport/mesh/host_mesh.hpp>
+#include <gsync/transport/links/link_port.hpp>
+#include <gsync/transport/mesh.hpp>
+
+#include "support/uds_link.hpp"
 
 using gsync::transport::frame_header;
 using gsync::transport::shm_link;
@@ -283,7 +286,7 @@ std::vector<std::byte> read_frame(L& rx, L& tx, frame_header& h, std::size_t n) 
 
 }  // namespace
 
-TEST_CASE("links: the concept's receive calls read frames over both link types") {
+TEST_CASE("links: the concept's receive calls read frames over every link type, the outside one too") {
   const auto src = pattern(5000, 9);
   SUBCASE("tcp") {
     tcp_pair pair;
@@ -315,6 +318,35 @@ TEST_CASE("links: the concept's receive calls read frames over both link types")
     // The peer's close is an error of the read, not "nothing yet".
     l0.close();
     CHECK(l1.try_header(h, none, 0).err == gsync::link_io::closed);
+  }
+  SUBCASE("uds, defined outside the library") {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    outside::uds_link l0, l1;
+    l0.attach(sv[0]);
+    l1.attach(sv[1]);
+    frame_header h{};
+    CHECK(!l1.try_header(h, nullptr, 0).done);
+    CHECK(!l1.peek_header(h));
+    const frame_header sent = header_for(7, src.size());
+    REQUIRE(::send(sv[0], &sent, 10, 0) == 10);  // half a header: kept across calls
+    CHECK(!l1.try_header(h, nullptr, 0).done);
+    CHECK(!l1.peek_header(h));
+    REQUIRE(::send(sv[0], reinterpret_cast<const char*>(&sent) + 10, sizeof sent - 10, 0) == static_cast<ssize_t>(sizeof sent - 10));
+    REQUIRE(::send(sv[0], src.data(), src.size(), 0) == static_cast<ssize_t>(src.size()));
+    CHECK(read_frame(l1, l0, h, src.size()) == src);
+    CHECK(h.seq == 7);
+    std::size_t done = 0;
+    l0.post(header_for(8, 16), src.data(), 16);
+    l0.pump(done);
+    CHECK(done == 1);
+    frame_header p{};
+    REQUIRE(l1.peek_header(p));
+    CHECK(p.seq == 8);
+    CHECK(read_frame(l1, l0, h, 16) == std::vector<std::byte>(src.begin(), src.begin() + 16));
+    l0.close();
+    CHECK(l1.try_header(h, nullptr, 0).err == gsync::link_io::closed);
+    CHECK(l1.peer_gone());
   }
   SUBCASE("shm") {
     shm_pair pair("io");
@@ -472,17 +504,51 @@ TEST_CASE("links: the single-copy probe refuses a process that is not the segmen
   CHECK(why != 0);
 }
 
-// The mesh's list: positions, names and waits in the order given; `visit` reaches the link at a
-// position with its static type.
-TEST_CASE("links: link_list orders the link types and dispatches to one by position") {
+// The mesh's list: positions, names and waits in the order given; its kit (the list at run time)
+// gives each peer a port on the first type whose endpoint connects the pair.
+TEST_CASE("links: link_list orders the link types, and a port drives the link it holds by its type's traits") {
   using list = gsync::transport::link_list<shm_link, tcp_link>;
   static_assert(list::size == 2);
   static_assert(list::index_of<shm_link> == 0 && list::index_of<tcp_link> == 1);
   static_assert(list::names[0] == "shm" && list::names[1] == "tcp");
   static_assert(list::waits[0] == gsync::link_wait::doorbell && list::waits[1] == gsync::link_wait::descriptor);
-  list::links both;
-  auto name_at = [&](std::size_t i) { return list::visit(i, both, [](auto& l) { return std::string(std::remove_cvref_t<decltype(l)>::name); }); };
-  CHECK(name_at(0) == "shm");
-  CHECK(name_at(1) == "tcp");
-  CHECK(std::is_same_v<gsync::transport::host_mesh::links, list>);
+  static_assert(std::is_same_v<gsync::transport::tcp, gsync::transport::mesh<shm_link, tcp_link>>);
+
+  // A port over one end of a TCP pair moves a frame to a port over the other end.
+  tcp_pair t;
+  gsync::transport::link_port_of<tcp_link> a(1, t.l0), b(1, t.l1);
+  CHECK(a.name == "tcp");
+  CHECK(a.wait == gsync::link_wait::descriptor);
+  CHECK(!a.reads_in_place);
+  CHECK(a.fd() == t.sv[0]);
+  CHECK(a.as<tcp_link>() == &t.l0);
+  CHECK(a.as<shm_link>() == nullptr);
+  const auto payload = pattern(1000, 3);
+  a.post(header_for(7, payload.size()), payload.data(), payload.size());
+  std::size_t done = 0;
+  while (!a.q.empty()) REQUIRE(!a.pump(done).err);
+  CHECK(done == 1);
+  frame_header h{};
+  std::vector<std::byte> got(payload.size());
+  std::size_t have = 0;
+  for (;;) {
+    const auto io = b.try_header(h, got.data(), got.size());
+    REQUIRE(!io.err);
+    have += io.bytes;
+    if (io.done) break;
+  }
+  CHECK(h.seq == 7);
+  while (have < got.size()) have += b.try_payload(got.data() + have, got.size() - have, 1, nullptr).bytes;
+  b.end_read();
+  CHECK(got == payload);
+
+  // A port over a shared-memory link is a doorbell link that reads in place.
+  shm_pair p("port");
+  gsync::transport::link_port_of<shm_link> s(0, p.l0);
+  CHECK(s.wait == gsync::link_wait::doorbell);
+  CHECK(s.reads_in_place);
+  CHECK(s.costs.shared_memory);
+  CHECK(s.fd() == -1);
+  CHECK(s.peer_failed() == 0);
+  CHECK(s.as<shm_link>() == &p.l0);
 }

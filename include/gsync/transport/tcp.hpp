@@ -2,158 +2,32 @@
 /// \file
 /// `transport::tcp`: the transport of `gsync::tcp_communicator`, ranks in processes on one or many
 /// hosts. Peers on other hosts are reached over TCP, peers on the same host through shared-memory
-/// rings; set-up goes through the rendezvous store (bootstrap/store.hpp). How it works, from set-up
-/// to failures: transport/mesh/host_mesh.hpp, whose endpoint this class holds.
+/// rings; set-up goes through the rendezvous store (bootstrap/store.hpp). It is the mesh
+/// (transport/mesh_view.hpp) over gsync's two links, shared memory first, then TCP
+/// (transport/links/); how it works, from set-up to failures: transport/mesh/host_mesh.hpp.
 ///
-/// This header is light on purpose: it declares the transport's calls without Asio, OpenSSL or the
-/// store, so that code calling collectives parses little. Their definitions (transport/mesh/*.ipp)
+/// Light on purpose: the link types are only named here. The definitions (transport/mesh/*.ipp)
 /// are included below in the header-only mode, and compiled once elsewhere with
 /// GSYNC_SEPARATE_COMPILATION (detail/build_mode.hpp).
 
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
 #include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
 
-#include "gsync/bootstrap/launch_env.hpp"
-#include "gsync/core/concepts.hpp"
-#include "gsync/core/health.hpp"
-#include "gsync/core/log.hpp"
-#include "gsync/core/topology.hpp"
 #include "gsync/detail/build_mode.hpp"
-#include "gsync/detail/function_ref.hpp"
-#include "gsync/core/tcp_options.hpp"
-
-namespace gsync::bootstrap {
-class store_client;
-}  // namespace gsync::bootstrap
+#include "gsync/transport/mesh_view.hpp"
 
 namespace gsync::transport {
 
-class host_mesh;
+class shm_link;
+class tcp_link;
 
-/// TCP / shared-memory transport endpoint of one rank. Satisfies `transport_policy`,
-/// `send_progress_transport`, `counting_transport`, `splittable_transport`, and can be aborted
-/// from another thread.
-///
-/// An endpoint is a view of the rank's connections (transport/mesh/host_mesh.hpp): the one made
-/// by joining the job spans every rank of it; `split` makes others over a subset of the ranks
-/// that share the same connections (numbered 0..k-1 in the order given), each stamping its own
-/// identity on its frames, so that several may be used at once, from different threads.
-class tcp {
- public:
-  /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh. Every
-  /// wait of the set-up ends at now + `timeout`. The transport's settings come from the GSYNC_*
-  /// variables (core/config.hpp).
-  GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log);
-  /// The same with the settings `opt`, used as given: the environment is not read.
-  GSYNC_DECL tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt);
-  tcp(const tcp&) = delete;
-  tcp& operator=(const tcp&) = delete;
-  /// Leaves the connections to the other views sharing them; the last one closes them (rank 0,
-  /// which serves the store, first waits, bounded, until the others have left).
-  GSYNC_DECL ~tcp();
+/// Shared memory between ranks of one host, TCP between hosts (and where a host's segment could
+/// not be made). Satisfies `transport_policy`, `send_progress_transport`, `counting_transport`,
+/// `splittable_transport`, `shrinkable_transport`, and can be aborted from another thread.
+using tcp = mesh<shm_link, tcp_link>;
 
-  /// A view of the same connections over `members` (ranks of this view, this rank among them,
-  /// no repeats): rank i of the new view is `members[i]` here. `comm` is the new view's identity
-  /// on the wire (not 0, the same on every member, different from every other view's of the job).
-  GSYNC_DECL std::unique_ptr<tcp> split(const std::vector<int>& members, std::uint64_t comm) const;
-  /// After a failure (`errc::peer_lost`, `errc::aborted`, a timeout), a new endpoint over the ranks
-  /// still alive, numbered in their old order: collective over the survivors, each of which calls
-  /// it; they agree on who is alive (transport/mesh/shrink.ipp), also when rank 0 is the one lost.
-  /// Every wait ends by `timeout`. A split view shrinks to its own survivors: the result is an
-  /// endpoint of its own over them, no longer a view of the job's connections. They go on only as
-  /// `terms` allow (core/shrink_terms.hpp), else `errc::excluded`; `report` gets what they agreed.
-  GSYNC_DECL std::unique_ptr<tcp> shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report) const;
-  /// The view's identity on the wire (0: the job's world).
-  std::uint64_t comm_id() const noexcept { return comm_; }
-  /// Rank of this view's rank `r` in the job (the world view's numbering, used in messages).
-  int job_rank(int r) const noexcept { return world_.empty() ? r : world_[static_cast<std::size_t>(r)]; }
-
-  int rank() const noexcept { return rank_; }  ///< this rank
-  int size() const noexcept { return size_; }  ///< ranks of this view
-  /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
-  std::string_view name() const noexcept { return name_; }
-  /// What the links between ranks of one host cost (`costed_transport`), the same on every rank:
-  /// the shared-memory link's model where shared memory carries same-host pairs, the TCP link's
-  /// otherwise (transport/mesh/host_mesh.hpp says exactly when).
-  const link_costs& local_costs() const noexcept { return *local_; }
-  /// Which rank runs on which host (from every rank's host identity), and the measured links.
-  const topology& topo() const noexcept { return *topo_; }
-  /// Ranks of this view on this host (including this one), from the host identities.
-  GSYNC_DECL int local_size() const noexcept;
-  /// True when `peer` is reached through shared memory.
-  GSYNC_DECL bool is_shm_peer(int peer) const noexcept;
-  /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
-  GSYNC_DECL bool shm_asymmetric_fences() const noexcept;
-  /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
-  /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
-  GSYNC_DECL std::uint64_t shm_late_wakeups() const noexcept;
-  /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
-  GSYNC_DECL std::uint64_t shm_read_position(int peer) const noexcept;
-  /// The job's rendezvous store (include gsync/bootstrap/store.hpp to use it).
-  GSYNC_DECL bootstrap::store_client& store();
-
-  /// Aborts this endpoint; thread-safe, callable while another thread waits in it. Records `why`
-  /// in the store for the peers (through a connection of its own, a few seconds at most), then
-  /// shuts every connection down and rings the doorbells: the waiting thread wakes and fails with
-  /// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
-  /// reporting the abort. Idempotent. The connections are shared: every view of them (every
-  /// communicator split from the same job on this rank) is aborted with it.
-  GSYNC_DECL void abort(const std::string& why) noexcept;
-  /// What this rank knows of failures, without blocking, from any thread (`health_reporting_transport`):
-  /// its own failure, an abort, or a peer the heartbeat (transport/mesh/heartbeat.hpp) found
-  /// stopped or gone, also between operations. `lost_rank` is in the job's numbering. Shared by
-  /// every view of the connections.
-  GSYNC_DECL health_report health() const noexcept;
-
-  /// Payload bytes handed to post_send so far through this view (frame headers not counted): what
-  /// this rank sent, counted, for reports such as the gradient layer's bytes on the wire
-  /// (`counting_transport`).
-  std::uint64_t payload_bytes_posted() const noexcept { return posted_; }
-
-  /// Queues [src, src+n) for `peer` and hands what the link takes now to it.
-  GSYNC_DECL void post_send(int peer, message_id id, const std::byte* src, std::size_t n);
-  /// Receives the next message from `peer` into dst (its header checked against `id` and `n`).
-  GSYNC_DECL void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl);
-  /// Receives the next message from `peer`, handing `consume` pieces whose sizes are multiples of
-  /// `align` (from the staging buffer, or straight from the shared-memory ring).
-  GSYNC_DECL void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
-                              detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl);
-  /// Blocks until every send queued through this view no longer needs its source bytes.
-  GSYNC_DECL void flush_sends(deadline dl);
-  /// Hands queued sends to the links as far as they take them now, without waiting.
-  GSYNC_DECL void progress_sends();
-  /// Called when an operation has ended: a stall record it published is withdrawn at once, so
-  /// that a rank busy outside gsync afterwards is not reported as stuck in it.
-  GSYNC_DECL void op_finished() noexcept;
-
- private:
-  tcp() = default;
-  // This view's rank `peer` in the job, checked.
-  int to_job(int peer) const {
-    if (world_.empty()) return peer;
-    if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
-    return world_[static_cast<std::size_t>(peer)];
-  }
-  [[noreturn]] GSYNC_DECL void bad_peer(int peer) const;
-
-  std::shared_ptr<host_mesh> m_;
-  std::vector<int> world_;  // this view's ranks in the job (empty: the world view itself)
-  std::uint64_t comm_ = 0;  // identity on the wire (0: the world)
-  int rank_ = 0;
-  int size_ = 0;
-  std::string_view name_;
-  const topology* topo_ = nullptr;
-  const link_costs* local_ = nullptr;
-  std::shared_ptr<const topology> own_topo_;  // a split view's placement
-  std::shared_ptr<std::byte[]> staging_;     // a split view's staging buffer (the world's is the mesh's)
-  std::uint64_t posted_ = 0;
-};
+#if defined(GSYNC_SEPARATE_COMPILATION)
+extern template std::unique_ptr<link_kit> make_link_kit<shm_link, tcp_link>();  // compiled in gsync/impl/src.hpp
+#endif
 
 }  // namespace gsync::transport
 

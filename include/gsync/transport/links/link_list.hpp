@@ -3,8 +3,9 @@
 /// `link_list<Ls...>`: the link types a mesh tries for each peer, in order (transport/mesh/). At
 /// set-up the first type whose endpoint connects a pair carries that pair's data, as NCCL walks
 /// its transports per peer; adding a medium is one link type (its file in transport/links/, its
-/// `link_traits` and endpoint) and one entry in the mesh's list. The list also dispatches a call
-/// to the link a peer uses, by its index.
+/// `link_traits` and endpoint) and one entry in the mesh's list (`transport::mesh<Ls...>`,
+/// transport/mesh.hpp). At run time the list is a `link_kit` (link_kit.hpp), and each peer holds
+/// one port (link_port.hpp) on the link that carries its data.
 
 #include <array>
 #include <cstddef>
@@ -26,7 +27,6 @@ template <class... Ls>
            (link_endpoint<typename link_traits<Ls>::endpoint, Ls> && ...))
 struct link_list {
   static constexpr std::size_t size = sizeof...(Ls);             ///< number of link types
-  using links = std::tuple<Ls...>;                                ///< one of each: a peer's links
   using endpoints = std::tuple<typename link_traits<Ls>::endpoint...>;  ///< one of each: a rank's endpoints
   static constexpr std::array<std::string_view, size> names{Ls::name...};  ///< for logs
   static constexpr std::array<link_wait, size> waits{link_traits<Ls>::wait...};  ///< how each is waited for
@@ -39,20 +39,6 @@ struct link_list {
       if (same[i]) return i;
     return size;
   }();
-
-  /// Calls `f(link)` with the `i`-th link of `t` (its static type known to `f`). `i` < size.
-  template <class Tuple, class F>
-  static decltype(auto) visit(std::size_t i, Tuple& t, F&& f) {
-    return visit_from<0>(i, t, f);
-  }
-
- private:
-  template <std::size_t I, class Tuple, class F>
-  static decltype(auto) visit_from(std::size_t i, Tuple& t, F& f) {
-    if constexpr (I + 1 == size) return f(std::get<I>(t));
-    else if (i == I) return f(std::get<I>(t));
-    else return visit_from<I + 1>(i, t, f);
-  }
 };
 
 }  // namespace gsync::transport

@@ -21,6 +21,10 @@ class store_client;
 
 namespace gsync::transport {
 
+namespace shm {
+struct doorbell;
+}  // namespace shm
+
 /// The facts of the job a link endpoint is set up from (made by the mesh once its own TCP
 /// connections and the host identities are in place).
 struct link_setup {
@@ -51,5 +55,26 @@ concept link_endpoint = std::constructible_from<E, const link_setup&> &&
                           e.finish(s);
                           { ce.report() } -> std::convertible_to<std::string>;
                         };
+
+/// This rank's doorbell, where a mesh sleeps while it waits for links waited for by doorbell
+/// (`link_wait::doorbell`, transport/shm.hpp): the endpoint of such a link type derives from it,
+/// and the mesh takes the first endpoint of its list that has a bell. Non-templated, so the mesh's
+/// waits are compiled once.
+class doorbell_owner {
+ public:
+  /// True when this rank has the bell (its segment was created).
+  virtual bool has_bell() const noexcept = 0;
+  /// The bell: the peers ring it when they write or free room.
+  virtual shm::doorbell& bell() noexcept = 0;
+  /// True when sleeps pair with asymmetric fences (shm::arm's `light`).
+  virtual bool light() const noexcept = 0;
+  /// Raises this rank's `failed` word and rings every peer linked through it.
+  virtual void mark_failed(std::uint32_t word) noexcept = 0;
+  /// Once every peer has mapped what it must: removes the name (the mapping stays).
+  virtual void unlink() noexcept = 0;
+
+ protected:
+  ~doorbell_owner() = default;
+};
 
 }  // namespace gsync::transport

@@ -27,7 +27,7 @@
 namespace gsync::transport {
 
 /// See the file comment.
-class shm_endpoint {
+class shm_endpoint final : public doorbell_owner {
  public:
   /// Creates this rank's segment when shared memory is on (`tcp_options::shm`) and its host runs
   /// other ranks, and publishes its name, ring size and whether this rank can use asymmetric
@@ -117,15 +117,16 @@ class shm_endpoint {
 
   /// True when this rank has a segment (then its doorbell is where its waits sleep).
   explicit operator bool() const noexcept { return static_cast<bool>(seg_); }
+  bool has_bell() const noexcept override { return static_cast<bool>(seg_); }
   /// This rank's doorbell, in its segment: the peers ring it when they write or free room.
-  shm::doorbell& bell() noexcept { return seg_.bell(); }
+  shm::doorbell& bell() noexcept override { return seg_.bell(); }
   /// True when every shared-memory rank of this host uses asymmetric fences (shm.hpp).
-  bool light() const noexcept { return light_; }
+  bool light() const noexcept override { return light_; }
   /// Removes the segment's name once every peer has mapped it (the mapping stays).
-  void unlink() noexcept { seg_.unlink(); }
+  void unlink() noexcept override { seg_.unlink(); }
   /// Raises this rank's `failed` word (rank lost first + 1, with `left` when it left normally)
   /// and rings every connected peer, so that same-host peers waiting for it learn at once.
-  void mark_failed(std::uint32_t word) noexcept {
+  void mark_failed(std::uint32_t word) noexcept override {
     if (!seg_) return;
     seg_.bell().failed.store(word, std::memory_order_release);
     for (shm_link* l : linked_) l->wake_peer_strong();

@@ -27,7 +27,7 @@ namespace gsync::transport {
 inline void host_mesh::connect_at_start(deadline dl) {
   std::vector<char> now(static_cast<std::size_t>(size_), 0);
   for (int p = 0; p < size_; ++p)
-    now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || peers_[static_cast<std::size_t>(p)].via != links::index_of<tcp_link>);
+    now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || !peers_[static_cast<std::size_t>(p)].on_ctl);
   for (int j = 0; j < rank_; ++j)
     if (now[static_cast<std::size_t>(j)]) dial(j, dl, /*at_start=*/true);
   const auto missing = [&] {

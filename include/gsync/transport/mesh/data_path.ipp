@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The transport calls the primitives make (post_send, recv, recv_stream, flush_sends,
-/// progress_sends): each routes to the link that carries the peer's data (`host_mesh::links`,
-/// transport/links/) and moves the frame through the link calls of link_path.ipp.
+/// progress_sends): each routes to the link that carries the peer's data (its port,
+/// transport/links/link_port.hpp) and moves the frame through the link calls of link_path.ipp.
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
@@ -20,31 +20,29 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   // until it dials this rank (connect.ipp).
   if (unconnected(peer) && peer < rank_) dial(peer, std::chrono::steady_clock::now() + dial_timeout_, /*at_start=*/false);
   const frame_header h = make_header(id, n);
-  with_link(peer, [&]<class L>(L& l) {
-    const auto post = [&](const frame_header& fh, const std::byte* p, std::size_t k) {
-      // Nothing queued before it: a link that can take the whole frame now (a ring with room)
-      // does, without a trip through the queue.
-      if (l.post_direct(fh, p, k)) return;
-      l.post(fh, p, k);
-      ++queued_;
-      if constexpr (link_traits<L>::wait == link_wait::doorbell) ++bell_queued_;
-      if (l.q.size() == 1) pump_link(peer, l);
-    };
-    post(h, src, n);
-    if (opt_.checksum) [[unlikely]] {  // GSYNC_CHECKSUM: the payload's CRC32C follows in a frame of its own
-      frame_header ck = h;
-      ck.magic = check_magic;
-      ck.bytes = 0;
-      ck.fp.count = detail::crc32c(0, src, n);
-      post(ck, nullptr, 0);
-    }
-    // Shared mode: a thread blocked in poll(2) does not watch this socket yet; wake it.
-    if constexpr (link_traits<L>::wait == link_wait::descriptor)
-      if (pollers_ > 0 && !l.q.empty() && wake_fd_ >= 0) {
-        const std::uint64_t one = 1;
-        [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
-      }
-  });
+  link_port& l = data_link(peer);
+  const auto post = [&](const frame_header& fh, const std::byte* p, std::size_t k) {
+    // Nothing queued before it: a link that can take the whole frame now (a ring with room)
+    // does, without a trip through the queue.
+    if (l.post_direct(fh, p, k)) return;
+    l.post(fh, p, k);
+    ++queued_;
+    if (l.by_doorbell()) ++bell_queued_;
+    if (l.q.size() == 1) pump_link(peer, l);
+  };
+  post(h, src, n);
+  if (opt_.checksum) [[unlikely]] {  // GSYNC_CHECKSUM: the payload's CRC32C follows in a frame of its own
+    frame_header ck = h;
+    ck.magic = check_magic;
+    ck.bytes = 0;
+    ck.fp.count = detail::crc32c(0, src, n);
+    post(ck, nullptr, 0);
+  }
+  // Shared mode: a thread blocked in poll(2) does not watch this socket yet; wake it.
+  if (!l.by_doorbell() && pollers_ > 0 && !l.q.empty() && wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
+  }
 }
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
@@ -60,14 +58,13 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
     claim.m = this, claim.peer = peer;
   }
   if (unconnected(peer)) ensure_connected(peer, dl, id);
-  with_link(peer, [&](auto& l) {
-    frame_header h;
-    // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
-    const std::size_t got = take_header(peer, l, h, dst, g.locked() ? 0 : n, dl, id);  // payload bytes that came with it
-    check(h, id, n, peer, dst, got);
-    take_payload(peer, l, dst + got, n - got, 1, nullptr, dl, id);
-    if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, detail::crc32c(0, dst, n), dl, id);
-  });
+  link_port& l = data_link(peer);
+  frame_header h;
+  // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
+  const std::size_t got = take_header(peer, l, h, dst, g.locked() ? 0 : n, dl, id);  // payload bytes that came with it
+  check(h, id, n, peer, dst, got);
+  take_payload(peer, l, dst + got, n - got, 1, nullptr, dl, id);
+  if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, detail::crc32c(0, dst, n), dl, id);
 }
 
 /// Receives the next message from `peer`, handing `consume` pieces whose sizes are multiples of
@@ -100,19 +97,18 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
   };
   if (opt_.checksum) [[unlikely]] use = summed;
   if (unconnected(peer)) ensure_connected(peer, dl, id);
-  with_link(peer, [&]<class L>(L& l) {
-    if constexpr (link_traits<L>::reads_in_place) {
-      frame_header h;
-      take_header(peer, l, h, nullptr, 0, dl, id);
-      check(h, id, n, peer, nullptr, 0);
-      if (link_traits<L>::payload_align % align != 0) align = 1;  // pieces must not straddle the link's wrap
-      take_payload(peer, l, nullptr, n, align, &use, dl, id);
-      if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
-    } else {
-      const frame_header h = recv_staged(peer, l, id, n, align, use, dl, staging ? staging : staging_.get());
-      if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
-    }
-  });
+  link_port& l = data_link(peer);
+  if (l.reads_in_place) {
+    frame_header h;
+    take_header(peer, l, h, nullptr, 0, dl, id);
+    check(h, id, n, peer, nullptr, 0);
+    if (l.payload_align % align != 0) align = 1;  // pieces must not straddle the link's wrap
+    take_payload(peer, l, nullptr, n, align, &use, dl, id);
+    if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
+  } else {
+    const frame_header h = recv_staged(peer, l, id, n, align, use, dl, staging ? staging : staging_.get());
+    if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, crc, dl, id);
+  }
 }
 
 /// Writes out every queued send of communicator `comm` (the kernel then owns the bytes).
@@ -186,8 +182,7 @@ inline void host_mesh::take_stashed(int peer, long at, message_id id, std::size_
 
 // Shared mode: `h`, just read off `peer`'s stream, belongs to another communicator: its payload
 // (the `got` bytes read with the header, then the rest) is set aside whole in the peer's inbox.
-template <class L>
-inline void host_mesh::set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl,
+inline void host_mesh::set_aside(int peer, link_port& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl,
                                  message_id id) {
   if (got > h.bytes || h.bytes > (std::uint64_t{1} << 42))
     fail(errc::mismatch, "rank " + std::to_string(rank_) + ": a frame of " + comm_label(h.fp.comm) + " from rank " +

@@ -171,9 +171,9 @@ inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::stea
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || p == in_peer || peers_[p].reading) continue;  // (shared mode: another thread reads p)
     frame_header h;
-    if (!with_link(p, [&](auto& l) { return l.peek_header(h); })) continue;
+    if (!data_link(p).peek_header(h)) continue;
     if (h.magic == notice_magic) {  // consume and report it
-      with_link(p, [&](auto& l) { take_header(p, l, h, nullptr, 0, std::chrono::steady_clock::now() + std::chrono::seconds(1), id); });
+      take_header(p, data_link(p), h, nullptr, 0, std::chrono::steady_clock::now() + std::chrono::seconds(1), id);
       on_notice(p, h, nullptr, 0, id);
     }
     if (h.magic == frame_magic && h.fp.comm == id.fp.comm && h.tag == id.tag && h.seq == id.seq && !(h.fp == id.fp))

@@ -36,7 +36,7 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   }
   abort_recorded_.store(true, std::memory_order_release);
   for (auto& p : peers_) p.tcp().shutdown();
-  if (shm_endpoint* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
+  if (doorbell_owner* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
   wake_waits();
 }
 
@@ -47,7 +47,7 @@ inline void host_mesh::wake_waits() noexcept {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
   }
-  if (shm_endpoint* own = bell_owner()) {
+  if (doorbell_owner* own = bell_owner()) {
     own->bell().sleepers.fetch_add(1, std::memory_order_relaxed);  // force the wake-up of our own sleepers
     shm::notify(own->bell());
     own->bell().sleepers.fetch_sub(1, std::memory_order_relaxed);
@@ -135,7 +135,7 @@ inline health_report host_mesh::health() const noexcept {
   if (at) std::memcpy(why.data(), have, at);
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    with_link(peer, [&](auto& l) { take_payload(peer, l, reinterpret_cast<std::byte*>(why.data()) + at, len - at, 1, nullptr, d, id); });
+    take_payload(peer, data_link(peer), reinterpret_cast<std::byte*>(why.data()) + at, len - at, 1, nullptr, d, id);
   } catch (const error&) {
     if (broken_) throw;
     why += " [cut short]";
@@ -165,17 +165,16 @@ inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost)
     if (!c.q().empty() && c.q().front().done != 0) continue;  // mid-message: the stream cannot carry it
     // The notice replaces what is queued (fail() drops it anyway) and goes as far as the link
     // takes it now; errors are ignored (this rank is failing already).
-    with_link(p, [&]<class L>(L& l) {
-      constexpr bool bell = link_traits<L>::wait == link_wait::doorbell;
-      queued_ -= l.q.size();
-      if constexpr (bell) bell_queued_ -= l.q.size();
-      l.q.clear();
-      l.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
-      std::size_t done = 0;
-      l.pump(done);
-      queued_ += 1 - done;
-      if constexpr (bell) bell_queued_ += 1 - done;
-    });
+    link_port& l = data_link(p);
+    const bool bell = l.by_doorbell();
+    queued_ -= l.q.size();
+    if (bell) bell_queued_ -= l.q.size();
+    l.q.clear();
+    l.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
+    std::size_t done = 0;
+    l.pump(done);
+    queued_ += 1 - done;
+    if (bell) bell_queued_ += 1 - done;
   }
 }
 
@@ -321,7 +320,8 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     }
     for (auto& p : peers_) {
       p.tcp().shutdown();
-      std::apply([](auto&... l) { (l.q.clear(), ...); }, p.l);  // unsent bytes may belong to buffers the caller frees after the error
+      p.ctl.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
+      if (p.data) p.data->q.clear();
     }
     queued_ = 0;
     bell_queued_ = 0;
@@ -331,7 +331,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
       asio::error_code ig;
       acc_.close(ig);
     }
-    if (shm_endpoint* own = bell_owner()) {
+    if (doorbell_owner* own = bell_owner()) {
       own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
       if (my_lock()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it
     }

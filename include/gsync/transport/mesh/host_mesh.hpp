@@ -10,8 +10,9 @@
 /// peer has a TCP link (`tcp_link`, one connection per pair of ranks, made at start-up or when the
 /// pair is first used (connect.ipp), then driven non-blocking by a small poll(2) progress loop):
 /// the mesh's own connection, for the hello, failure notices and liveness. Which link carries a
-/// pair's data is picked at set-up, per peer, as the first type of `host_mesh::links`
-/// (`link_list<shm_link, tcp_link>`) whose endpoint connects the pair: shared memory for a
+/// pair's data is picked at set-up, per peer, as the first type of the mesh's list (the `link_kit`
+/// it is given; `link_list<shm_link, tcp_link>` for `transport::tcp`) whose endpoint connects the
+/// pair, and the peer holds a port on that link (transport/links/link_port.hpp): shared memory for a
 /// same-host peer whose segment both ranks mapped, TCP otherwise. The links move bytes; the mesh
 /// routes each call to the peer's data link (data_path.ipp, link_path.ipp), waits on them by the
 /// kind their traits name (`link_wait`: poll(2) on descriptors, the rank's doorbell for links in
@@ -119,8 +120,8 @@
 #include "gsync/core/tick_clock.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/link_probe.hpp"
-#include "gsync/transport/links/link_list.hpp"
-#include "gsync/transport/links/shm_endpoint.hpp"
+#include "gsync/transport/links/link_kit.hpp"
+#include "gsync/transport/links/link_port.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
 #include "gsync/transport/mesh/call_lock.hpp"
@@ -136,14 +137,11 @@ namespace gsync::transport {
 /// (see the file comment). Satisfies `transport_policy`.
 class host_mesh {
  public:
-  /// The link types tried for each peer, in order: the first whose endpoint connects the pair
-  /// carries its data. TCP connects every pair (it is the mesh's own connection), so it is last.
-  using links = link_list<shm_link, tcp_link>;
-
-  /// Joins the job of `li`. `server`: a store already serving at li's master address, which this
+  /// Joins the job of `li`, its peers' data on the links of `kit` (the mesh's list: for each
+  /// peer, the first type whose endpoint connects the pair). `server`: a store already serving at li's master address, which this
   /// rank (rank 0) serves the job with; `key`: the job key, instead of li's or the environment's;
   /// `rj`: the set-up of a shrink (all three from a shrink: shrink.ipp).
-  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt,
+  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt, std::unique_ptr<link_kit> kit,
             std::unique_ptr<bootstrap::store_server> server = {}, const bootstrap::auth::job_key* key = nullptr, rejoin* rj = nullptr);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
@@ -162,15 +160,16 @@ class host_mesh {
   /// Which rank runs on which host (from every rank's host identity).
   const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
-  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].via == links::index_of<shm_link>; }
+  bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->costs.shared_memory; }
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
-  bool shm_asymmetric_fences() const noexcept { return eps_ && std::get<shm_endpoint>(*eps_).light(); }
+  bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
   /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
   std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
   /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
   std::uint64_t shm_read_position(int peer) const noexcept {
-    return peer >= 0 && peer < size_ && is_shm_peer(peer) ? std::get<shm_link>(peers_[static_cast<std::size_t>(peer)].l).read_position() : 0;
+    const shm_link* l = peer >= 0 && peer < size_ && peer != rank_ ? peers_[static_cast<std::size_t>(peer)].data->as<shm_link>() : nullptr;
+    return l ? l->read_position() : 0;
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
   /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
@@ -224,21 +223,20 @@ class host_mesh {
     frame_header h;
     std::vector<std::byte> data;
   };
-  // One peer: one link of each type in `links`, of which the one at `via` carries the data.
-  // The TCP link is connected for every peer; when another carries the data, the TCP connection
-  // stays open, silent, as the liveness signal (see file comment).
+  // One peer: the mesh's own TCP connection to it, and the link that carries its data (a port
+  // on the connection itself, or on a link of another type that the port owns). When another
+  // link carries the data, the TCP connection stays open, silent, as the liveness signal (see
+  // file comment). Placed once in peers_ (never moved: the port may point at `ctl`).
   struct peer_conn {
-    links::links l;
-    std::uint8_t via = static_cast<std::uint8_t>(links::index_of<tcp_link>);  // the data link
-    link_wait wait = link_wait::descriptor;  // how the data link is waited for (its link_traits)
+    tcp_link ctl;                      // the mesh's own connection
+    std::unique_ptr<link_port> data;   // the data link
+    bool on_ctl = true;                // the data goes over `ctl`
     std::deque<stashed> inbox;  // whole frames of other communicators read off the link (shared mode)
     bool reading = false;              // a thread is reading a frame off the link (shared mode)
-    tcp_link& tcp() noexcept { return std::get<tcp_link>(l); }  // the mesh's own connection
-    const tcp_link& tcp() const noexcept { return std::get<tcp_link>(l); }
-    bool by_doorbell() const noexcept { return wait == link_wait::doorbell; }
-    std::deque<send_op>& q() noexcept {  // the data link's queue
-      return links::visit(via, l, [](auto& k) -> std::deque<send_op>& { return k.q; });
-    }
+    tcp_link& tcp() noexcept { return ctl; }
+    const tcp_link& tcp() const noexcept { return ctl; }
+    bool by_doorbell() const noexcept { return data->wait == link_wait::doorbell; }
+    std::deque<send_op>& q() noexcept { return data->q; }  // the data link's queue
   };
   // Shared mode: the endpoint's lock (transport/mesh/call_lock.hpp); one thread at a time reads
   // a peer's stream (peer_conn::reading) and sets frames of other communicators aside in the
@@ -290,8 +288,7 @@ class host_mesh {
   void release_read(int peer) noexcept;
   template <class F>
   void take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver);
-  template <class L>
-  void set_aside(int peer, L& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
+  void set_aside(int peer, link_port& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
   std::size_t queued_of(std::uint64_t comm);
   static constexpr int listener_slot = -2;  // poll_set::idx of the listener (-1: the wake-up eventfd)
   static constexpr int admit_slot = -3;     // poll_set::idx of a connection being admitted
@@ -336,7 +333,7 @@ class host_mesh {
   // True when `peer`'s data goes over a TCP link not connected yet (connect.ipp).
   bool unconnected(int peer) const noexcept {
     const auto& c = peers_[static_cast<std::size_t>(peer)];
-    return c.via == links::index_of<tcp_link> && !c.tcp().connected();
+    return c.on_ctl && !c.tcp().connected();
   }
   void share_store(bootstrap::launch_info& li);
   void exchange_hosts(const bootstrap::launch_info& li);
@@ -345,10 +342,8 @@ class host_mesh {
   static void check_options(const tcp_options& o);
 
   // Moving frames over a peer's data link, waiting where it has nothing yet (link_path.ipp).
-  template <class F>
-  decltype(auto) with_link(int peer, F&& f) { auto& c = peers_[peer]; return links::visit(c.via, c.l, f); }
-  template <class L>
-  bool pump_link(int peer, L& l);
+  link_port& data_link(int peer) noexcept { return *peers_[static_cast<std::size_t>(peer)].data; }
+  bool pump_link(int peer, link_port& l);
   bool pump_peer(int peer);
   void pump_descriptors();
   bool pump_doorbells();
@@ -356,26 +351,16 @@ class host_mesh {
   bool bell_progress(int in_peer);
   int data_fd(int peer);
   std::uint32_t bell_failed(int peer);
-  template <class L>
-  std::size_t take_header(int peer, L& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id);
-  template <class L>
-  void take_payload(int peer, L& l, std::byte* dst, std::size_t n, std::size_t align,
+  std::size_t take_header(int peer, link_port& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  void take_payload(int peer, link_port& l, std::byte* dst, std::size_t n, std::size_t align,
                     detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id);
-  template <class L>
-  std::size_t take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id);
-  template <class L>
-  frame_header recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+  std::size_t take_some(int peer, link_port& l, std::byte* dst, std::size_t n, deadline dl, message_id id);
+  frame_header recv_staged(int peer, link_port& l, message_id id, std::size_t n, std::size_t align,
                            detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage);
-  template <class L>
-  void verify_checksum(int peer, L& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id);
+  void verify_checksum(int peer, link_port& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id);
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
-  // This rank's shared-memory endpoint when it has a segment (its doorbell is where waits on
-  // doorbell links sleep), else null.
-  shm_endpoint* bell_owner() noexcept {
-    if (!eps_) return nullptr;
-    auto& e = std::get<shm_endpoint>(*eps_);
-    return e ? &e : nullptr;
-  }
+  // The endpoint that holds this rank's doorbell (where waits on doorbell links sleep), else null.
+  doorbell_owner* bell_owner() const noexcept { return bell_owner_; }
 
   // Waiting (progress.ipp).
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
@@ -505,7 +490,8 @@ class host_mesh {
   bool cores_shared_ = false; // this machine runs more ranks than it has cores (exchange_hosts)
   std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records
   topology topo_;
-  std::optional<links::endpoints> eps_;  // the link types' rank-wide state, from connect_links on
+  std::unique_ptr<link_kit> kit_;        // the mesh's link list: the types' endpoints (connect_links)
+  doorbell_owner* bell_owner_ = nullptr;  // the endpoint holding this rank's doorbell, if any (connect_links)
   std::vector<int> bell_peers_;          // peers whose data link is waited for by doorbell
   static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally

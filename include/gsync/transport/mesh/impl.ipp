@@ -1,10 +1,16 @@
 #pragma once
 /// \file
-/// Definitions of `transport::tcp` (transport/tcp.hpp) over `transport::host_mesh`: included by
-/// transport/tcp.hpp in the header-only mode, by gsync/impl/src.hpp with GSYNC_SEPARATE_COMPILATION.
+/// Definitions of `transport::mesh_view` (transport/mesh_view.hpp) over `transport::host_mesh`,
+/// and the link list of `transport::tcp`: included by transport/tcp.hpp in the header-only mode,
+/// by gsync/impl/src.hpp with GSYNC_SEPARATE_COMPILATION.
 
 #include <utility>
 
+#include "gsync/core/config.hpp"
+#include "gsync/transport/links/link_kit.hpp"
+#include "gsync/transport/links/shm_endpoint.hpp"
+#include "gsync/transport/links/shm_link.hpp"
+#include "gsync/transport/links/tcp_link.hpp"
 #include "gsync/transport/mesh/connect.ipp"
 #include "gsync/transport/mesh/data_path.ipp"
 #include "gsync/transport/mesh/diagnostics.ipp"
@@ -18,29 +24,31 @@
 
 namespace gsync::transport {
 
-GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log)
-    : tcp(li, timeout, std::move(log), detail::tcp_options_from_env()) {}
-GSYNC_DECL tcp::tcp(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
-    : m_(std::make_shared<host_mesh>(li, timeout, std::move(log), std::move(opt))),
+#if defined(GSYNC_SEPARATE_COMPILATION)
+template std::unique_ptr<link_kit> make_link_kit<shm_link, tcp_link>();  // declared extern in transport/tcp.hpp
+#endif
+
+GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, kit_maker make)
+    : mesh_view(li, timeout, std::move(log), gsync::detail::tcp_options_from_env(), make) {}
+GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt, kit_maker make)
+    : m_(std::make_shared<host_mesh>(li, timeout, std::move(log), std::move(opt), make())),
       rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()), local_(&m_->local_costs()) {}
-GSYNC_DECL tcp::~tcp() {
+GSYNC_DECL mesh_view::~mesh_view() {
   if (comm_ != 0 && m_) m_->forget_comm(comm_);
 }
 
-GSYNC_DECL std::unique_ptr<tcp> tcp::shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report) const {
-  std::unique_ptr<tcp> t(new tcp());
-  t->m_ = m_->shrink(timeout, terms, report, world_, comm_);  // a split view: over its members, in its order
-  t->rank_ = t->m_->rank();
-  t->size_ = t->m_->size();
-  t->name_ = t->m_->name();
-  t->topo_ = &t->m_->topo();
-  t->local_ = &t->m_->local_costs();
-  return t;
+GSYNC_DECL void mesh_view::shrink_into(mesh_view& t, std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report) const {
+  t.m_ = m_->shrink(timeout, terms, report, world_, comm_);  // a split view: over its members, in its order
+  t.rank_ = t.m_->rank();
+  t.size_ = t.m_->size();
+  t.name_ = t.m_->name();
+  t.topo_ = &t.m_->topo();
+  t.local_ = &t.m_->local_costs();
 }
 
-GSYNC_DECL std::unique_ptr<tcp> tcp::split(const std::vector<int>& members, std::uint64_t comm) const {
+GSYNC_DECL void mesh_view::split_into(mesh_view& view, const std::vector<int>& members, std::uint64_t comm) const {
   if (comm == 0) throw error(errc::invalid_argument, "tcp::split: communicator id 0 is the world's");
-  std::unique_ptr<tcp> v(new tcp());
+  mesh_view* v = &view;
   v->m_ = m_;
   v->comm_ = comm;
   v->world_.reserve(members.size());
@@ -60,48 +68,47 @@ GSYNC_DECL std::unique_ptr<tcp> tcp::split(const std::vector<int>& members, std:
   v->staging_ = std::shared_ptr<std::byte[]>(new (std::align_val_t{64}) std::byte[m_->options().staging_bytes],
                                              [](std::byte* p) { ::operator delete[](p, std::align_val_t{64}); });
   m_->share();
-  return v;
 }
 
-[[noreturn]] GSYNC_DECL void tcp::bad_peer(int peer) const {
+[[noreturn]] GSYNC_DECL void mesh_view::bad_peer(int peer) const {
   throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer) +
                                           " (communicator of " + std::to_string(size_) + " ranks)");
 }
 
-GSYNC_DECL int tcp::local_size() const noexcept {
+GSYNC_DECL int mesh_view::local_size() const noexcept {
   if (world_.empty()) return m_->local_size();
   return static_cast<int>(topo_->ranks_on(topo_->host_of(rank_)).size());
 }
-GSYNC_DECL bool tcp::is_shm_peer(int peer) const noexcept {
+GSYNC_DECL bool mesh_view::is_shm_peer(int peer) const noexcept {
   if (peer < 0 || peer >= size_) return false;
   return m_->is_shm_peer(job_rank(peer));
 }
-GSYNC_DECL bool tcp::shm_asymmetric_fences() const noexcept { return m_->shm_asymmetric_fences(); }
-GSYNC_DECL std::uint64_t tcp::shm_late_wakeups() const noexcept { return m_->shm_late_wakeups(); }
-GSYNC_DECL std::uint64_t tcp::shm_read_position(int peer) const noexcept {
+GSYNC_DECL bool mesh_view::shm_asymmetric_fences() const noexcept { return m_->shm_asymmetric_fences(); }
+GSYNC_DECL std::uint64_t mesh_view::shm_late_wakeups() const noexcept { return m_->shm_late_wakeups(); }
+GSYNC_DECL std::uint64_t mesh_view::shm_read_position(int peer) const noexcept {
   return peer >= 0 && peer < size_ ? m_->shm_read_position(job_rank(peer)) : 0;
 }
-GSYNC_DECL bootstrap::store_client& tcp::store() { return m_->store(); }
-GSYNC_DECL void tcp::abort(const std::string& why) noexcept { m_->abort(why); }
-GSYNC_DECL health_report tcp::health() const noexcept { return m_ ? m_->health() : health_report{}; }
+GSYNC_DECL bootstrap::store_client& mesh_view::store() { return m_->store(); }
+GSYNC_DECL void mesh_view::abort(const std::string& why) noexcept { m_->abort(why); }
+GSYNC_DECL health_report mesh_view::health() const noexcept { return m_ ? m_->health() : health_report{}; }
 
-GSYNC_DECL void tcp::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
+GSYNC_DECL void mesh_view::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
   id.fp.comm = comm_;
   m_->post_send(to_job(peer), id, src, n);
   posted_ += n;
 }
-GSYNC_DECL void tcp::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
+GSYNC_DECL void mesh_view::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
   id.fp.comm = comm_;
   m_->recv(to_job(peer), id, dst, n, dl);
 }
-GSYNC_DECL void tcp::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
+GSYNC_DECL void mesh_view::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                                  detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
   id.fp.comm = comm_;
   m_->recv_stream(to_job(peer), id, n, align, consume, dl, staging_.get());
 }
-GSYNC_DECL void tcp::flush_sends(deadline dl) { m_->flush_sends(dl, comm_); }
-GSYNC_DECL void tcp::progress_sends() { m_->progress_sends(); }
-GSYNC_DECL void tcp::op_finished() noexcept {
+GSYNC_DECL void mesh_view::flush_sends(deadline dl) { m_->flush_sends(dl, comm_); }
+GSYNC_DECL void mesh_view::progress_sends() { m_->progress_sends(); }
+GSYNC_DECL void mesh_view::op_finished() noexcept {
   if (comm_ == 0) m_->op_finished();
 }
 

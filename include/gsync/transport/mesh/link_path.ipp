@@ -1,10 +1,11 @@
 #pragma once
 /// \file
-/// Moving frames over a peer's data link, written once for every link type through the `link`
-/// concept's calls (core/concepts.hpp): pumping queued frames, taking a frame's header and payload,
-/// and waiting through the progress loop (progress.ipp) where the link has nothing yet. What
-/// differs between link types comes from their `link_traits`: how they are waited for (`wait`),
-/// whether a reduction reads their payloads in place (`reads_in_place`).
+/// Moving frames over a peer's data link, written once for every link type through its port
+/// (transport/links/link_port.hpp: the `link` concept's calls): pumping queued frames, taking a
+/// frame's header and payload, and waiting through the progress loop (progress.ipp) where the link
+/// has nothing yet. What differs between link types comes from their traits, which the port
+/// carries: how they are waited for (`wait`), whether a reduction reads their payloads in place
+/// (`reads_in_place`).
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
@@ -13,12 +14,11 @@ namespace gsync::transport {
 
 // Hands as much of `peer`'s queue to its link `l` as the medium takes now. Returns true if any
 // byte moved; a lost link fails the transport.
-template <class L>
-inline bool host_mesh::pump_link(int peer, L& l) {
+inline bool host_mesh::pump_link(int peer, link_port& l) {
   std::size_t done = 0;
   const link_io io = l.pump(done);
   queued_ -= done;
-  if constexpr (link_traits<L>::wait == link_wait::doorbell) bell_queued_ -= done;
+  if (l.by_doorbell()) bell_queued_ -= done;
   if (io.err) [[unlikely]]
     lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while sending (" +
                    (io.err == link_io::closed ? std::string("closed") : detail::errno_text(io.err)) +
@@ -27,7 +27,7 @@ inline bool host_mesh::pump_link(int peer, L& l) {
 }
 
 inline bool host_mesh::pump_peer(int peer) {
-  return with_link(peer, [&](auto& l) { return pump_link(peer, l); });
+  return pump_link(peer, data_link(peer));
 }
 
 // pump_peer() for every peer waited for by descriptor with queued sends.
@@ -46,12 +46,7 @@ inline bool host_mesh::pump_doorbells() {
 }
 
 // True once a doorbell peer's link holds what the pending read from it needs.
-inline bool host_mesh::bell_ready(int peer) {
-  return with_link(peer, [](auto& l) {
-    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::doorbell) return l.ready();
-    else return false;
-  });
-}
+inline bool host_mesh::bell_ready(int peer) { return data_link(peer).ready(); }
 
 // Progress without blocking on the doorbell links: pumps their queued sends, reports whether the
 // pending read from `in_peer` (if a doorbell peer) can go on.
@@ -62,25 +57,14 @@ inline bool host_mesh::bell_progress(int in_peer) {
 }
 
 // The descriptor poll(2) watches for `peer`'s data link (-1 for a doorbell link).
-inline int host_mesh::data_fd(int peer) {
-  return with_link(peer, [](auto& l) {
-    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::descriptor) return l.fd();
-    else return -1;
-  });
-}
+inline int host_mesh::data_fd(int peer) { return data_link(peer).fd(); }
 
 // A doorbell peer's `failed` word (0 while it runs, and for other peers).
-inline std::uint32_t host_mesh::bell_failed(int peer) {
-  return with_link(peer, [](auto& l) -> std::uint32_t {
-    if constexpr (link_traits<std::remove_cvref_t<decltype(l)>>::wait == link_wait::doorbell) return l.peer_failed();
-    else return 0;
-  });
-}
+inline std::uint32_t host_mesh::bell_failed(int peer) { return data_link(peer).peer_failed(); }
 
 // Takes the next frame's header from `peer`, waiting until it is there; payload bytes that came
 // with it (up to `n`, into dst) are returned.
-template <class L>
-inline std::size_t host_mesh::take_header(int peer, L& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl,
+inline std::size_t host_mesh::take_header(int peer, link_port& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl,
                                           message_id id) {
   for (;;) {
     const link_io io = l.try_header(h, dst, n);
@@ -99,8 +83,7 @@ inline std::size_t host_mesh::take_header(int peer, L& l, frame_header& h, std::
 
 // Takes n payload bytes from `peer`: copied to dst, or (a link that reads in place) handed to
 // `consume` in pieces that are multiples of `align`; then ends the frame.
-template <class L>
-inline void host_mesh::take_payload(int peer, L& l, std::byte* dst, std::size_t n, std::size_t align,
+inline void host_mesh::take_payload(int peer, link_port& l, std::byte* dst, std::size_t n, std::size_t align,
                                     detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id) {
   std::size_t got = 0;
   while (got < n) {
@@ -116,8 +99,7 @@ inline void host_mesh::take_payload(int peer, L& l, std::byte* dst, std::size_t 
 }
 
 // Takes up to n payload bytes from `peer` into dst, waiting until at least one is there.
-template <class L>
-inline std::size_t host_mesh::take_some(int peer, L& l, std::byte* dst, std::size_t n, deadline dl, message_id id) {
+inline std::size_t host_mesh::take_some(int peer, link_port& l, std::byte* dst, std::size_t n, deadline dl, message_id id) {
   if (n == 0) return 0;
   for (;;) {
     const link_io io = l.try_payload(dst, n, 1, nullptr);
@@ -129,8 +111,7 @@ inline std::size_t host_mesh::take_some(int peer, L& l, std::byte* dst, std::siz
 
 // recv_stream over a link that cannot be read in place: through the staging buffer, handing
 // `consume` what has arrived in multiples of `align` while the rest is still on its way.
-template <class L>
-inline frame_header host_mesh::recv_staged(int peer, L& l, message_id id, std::size_t n, std::size_t align,
+inline frame_header host_mesh::recv_staged(int peer, link_port& l, message_id id, std::size_t n, std::size_t align,
                                            detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage) {
   frame_header h;
   const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
@@ -157,8 +138,7 @@ inline frame_header host_mesh::recv_staged(int peer, L& l, message_id id, std::s
 // GSYNC_CHECKSUM: takes the checksum frame that follows data frame `data` (whose payload had
 // CRC32C `crc` here) and fails with errc::corrupted, naming the link, when they differ; a frame
 // other than that checksum means the ranks' settings differ (or a failure notice came).
-template <class L>
-inline void host_mesh::verify_checksum(int peer, L& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id) {
+inline void host_mesh::verify_checksum(int peer, link_port& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id) {
   frame_header ck;
   take_header(peer, l, ck, nullptr, 0, dl, id);
   if (ck.magic != check_magic || ck.tag != data.tag || ck.seq != data.seq || ck.fp.comm != data.fp.comm || ck.bytes != 0) [[unlikely]] {
@@ -177,7 +157,7 @@ inline void host_mesh::verify_checksum(int peer, L& l, const frame_header& data,
   const auto& them = records_[static_cast<std::size_t>(peer)];
   fail(errc::corrupted, "rank " + std::to_string(rank_) + ": the " + std::to_string(data.bytes) + "-byte payload of " +
                             describe_message(data.tag, data.seq, data.fp) + " from rank " + std::to_string(peer) + " failed its checksum (CRC32C " +
-                            got + " received, " + want + " sent) on the " + std::string(links::names[peers_[static_cast<std::size_t>(peer)].via]) +
+                            got + " received, " + want + " sent) on the " + std::string(l.name) +
                             " link " + them.address + " (" + them.host + ") -> " + me.address + " (" + me.host + "): the data was altered on its way");
 }
 

@@ -182,7 +182,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
       if (sockets) pump_descriptors();
     } while (std::chrono::steady_clock::now() < until);
   }
-  shm_endpoint& own = *bell_owner();  // a doorbell peer implies this rank's segment
+  doorbell_owner& own = *bell_owner();  // a doorbell peer implies this rank's segment
   auto& bell = own.bell();
   const std::uint32_t seen = shm::arm(bell, own.light());
   if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire) || broken_.load(std::memory_order_acquire) ||

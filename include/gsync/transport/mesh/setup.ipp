@@ -49,8 +49,11 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
 inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt,
-                            std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key, rejoin* rj)
-    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)), dial_timeout_(timeout) {
+                            std::unique_ptr<link_kit> kit, std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key,
+                            rejoin* rj)
+    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)),
+      dial_timeout_(timeout), kit_(std::move(kit)) {
+  if (!kit_) throw error(errc::invalid_argument, "transport: no link list");
   const deadline dl = std::chrono::steady_clock::now() + timeout;
   bootstrap::launch_info li = given;  // with the store's address, once shared
   if (rj) rec_.predecessor = rj->keep, rec_.rejoining = true;
@@ -163,7 +166,8 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
               ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
               std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
-    peers_.resize(static_cast<std::size_t>(size_));
+    peers_.resize(static_cast<std::size_t>(size_));  // placed once: a port may point at its peer's `ctl`
+    for (auto& c : peers_) c.data = std::make_unique<link_port_of<tcp_link>>(0, c.ctl);  // until connect_links
     exchange_hosts(li);
     connect_links(dl);
     try {
@@ -182,28 +186,47 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     // every rank is ready, every peer has mapped the segment and its name can go.
     if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
     if (rank_ == 0 || bell_owner()) store_->wait({"gsync/ready_all"}, dl);
-    if (shm_endpoint* own = bell_owner()) own->unlink();
+    if (doorbell_owner* own = bell_owner()) own->unlink();
     staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
     topo_.set_cores_shared(cores_shared_);
     if (opt_.spin_us < 0) opt_.spin_us = cores_shared_ ? 0 : 50;
-    std::array<int, links::size> per_type{};  // peers per data link type
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) ++per_type[peers_[p].via];
-    const int nshm = per_type[links::index_of<shm_link>], ntcp = size_ - 1 - nshm;
+    struct medium {
+      std::string_view name;
+      int peers;
+      bool shared;
+      std::size_t type;
+    };
+    std::vector<medium> per_type;  // peers per data link type
+    int nshm = 0;                  // peers whose data link shares memory with this rank
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const link_port& l = data_link(p);
+      nshm += l.costs.shared_memory;
+      auto at = std::find_if(per_type.begin(), per_type.end(), [&](const medium& t) { return t.name == l.name; });
+      if (at == per_type.end()) per_type.push_back({l.name, 1, l.costs.shared_memory, l.type});
+      else ++at->peers;
+    }
+    std::sort(per_type.begin(), per_type.end(), [](const medium& a, const medium& b) { return a.type < b.type; });  // the list's order
+    const int ntcp = size_ - 1 - nshm;  // peers over links that do not share memory
     if (opt_.yield_us < 0) opt_.yield_us = cores_shared_ && nshm > 0 && ntcp > 0 ? 0 : 2000;
     if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = cores_shared_ && nshm == 0 ? 50 : 0;
-    name_ = nshm == 0 ? "tcp" : ntcp == 0 ? "shm" : "shm+tcp";
+    name_.clear();  // the media in use, shared memory first: "shm", "tcp", "shm+tcp"
+    for (bool shared : {true, false})
+      for (const medium& t : per_type)
+        if (t.shared == shared) name_ += (name_.empty() ? "" : "+") + std::string(t.name);
+    if (name_.empty()) name_ = "tcp";  // a world of one
     // What the automatic choice prices a same-host hop with must be the same on every rank, or the
     // ranks choose different schedules: on one host, shared memory only when every pair uses it
     // (a rank whose segment failed leaves every rank with a TCP peer); across hosts, what the
     // options say (the same on every rank), whatever pairs fell back to TCP.
     const bool shm_costs = topo_.hosts() > 1 ? opt_.shm : nshm > 0 && ntcp == 0;
-    local_costs_ = shm_costs ? link_traits<shm_link>::costs : link_traits<tcp_link>::costs;
+    const link_costs* shared = kit_->shared_memory_costs();
+    local_costs_ = shm_costs && shared ? *shared : link_traits<tcp_link>::costs;
     local_costs_.name = name_;
     std::string how, reports;
-    for (std::size_t i = 0; i < links::size; ++i)
-      how += (i ? ", " : "") + std::to_string(per_type[i]) + " over " + std::string(links::names[i]);
-    std::apply([&](const auto&... e) { ((reports += e.report().empty() ? std::string() : ", " + e.report()), ...); }, *eps_);
+    for (const medium& t : per_type) how += (how.empty() ? "" : ", ") + std::to_string(t.peers) + " over " + std::string(t.name);
+    if (how.empty()) how = "none";
+    if (const std::string r = kit_->report(); !r.empty()) reports = ", " + r;
     log_.info("peers: " + how + "; " + std::to_string(connected_) + " of " + std::to_string(size_ - 1) + " connected at start-up" +
               (opt_.lazy_connect && connected_ < size_ - 1 ? ", the others on first use" : "") + " (" + std::to_string(local_size_) +
               " ranks on this host, " + std::to_string(machine_ranks_) + " on this machine, spin " +
@@ -331,7 +354,7 @@ inline host_mesh::~host_mesh() {
     gone.insert(gone.end(), hb_dead_.begin(), hb_dead_.end());
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  if (shm_endpoint* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
+  if (doorbell_owner* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
@@ -412,7 +435,7 @@ inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li) {
 
 // Picks every peer's data link (runs once, after the host identities, before the TCP connections
 // of connect.ipp): each link type's
-// endpoint publishes what its peers need, then each peer gets the first type in `links` whose
+// endpoint publishes what its peers need, then each peer gets the first type in the list whose
 // endpoint connects the pair (both ranks decide alike from what both published), and the
 // endpoints finish with every peer placed.
 inline void host_mesh::connect_links(deadline dl) {
@@ -426,18 +449,24 @@ inline void host_mesh::connect_links(deadline dl) {
   s.shares_cores = cores_shared_;
   s.dl = dl;
   s.log = log_;
-  [&]<std::size_t... I>(std::index_sequence<I...>) { eps_.emplace(((void)I, s)...); }(std::make_index_sequence<links::size>{});
+  kit_->open(s);
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
-    auto& c = peers_[j];
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      // The first link type whose endpoint connects the pair (TCP, last, always does).
-      (void)((std::get<I>(*eps_).connect(s, j, std::get<I>(c.l)) ? (c.via = static_cast<std::uint8_t>(I), true) : false) || ...);
-    }(std::make_index_sequence<links::size>{});
-    c.wait = links::waits[c.via];
+    auto& c = peers_[static_cast<std::size_t>(j)];
+    std::unique_ptr<link_port> l = kit_->connect(s, j, c.ctl);  // the first type whose endpoint connects the pair
+    if (!l)
+      throw error(errc::system, "rank " + std::to_string(rank_) + ": no link type of the transport's list (" + kit_->names() +
+                                    ") connects it to rank " + std::to_string(j) + "; end the list with tcp_link, which connects every pair");
+    c.on_ctl = l->as<tcp_link>() == &c.ctl;
+    c.data = std::move(l);
     if (c.by_doorbell()) bell_peers_.push_back(j);
   }
-  std::apply([&](auto&... e) { (e.finish(s), ...); }, *eps_);
+  kit_->finish(s);
+  bell_owner_ = kit_->bell_owner();
+  if (!bell_peers_.empty() && !bell_owner_)
+    throw error(errc::system, "rank " + std::to_string(rank_) + ": rank " + std::to_string(bell_peers_.front()) +
+                                  "'s link is waited for by doorbell, but no endpoint of the transport's list (" + kit_->names() +
+                                  ") holds this rank's doorbell (doorbell_owner)");
 }
 
 }  // namespace gsync::transport

@@ -317,7 +317,7 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
     rj.keep = rec_.server;
     try {
       auto next = std::make_shared<host_mesh>(li, std::chrono::duration_cast<std::chrono::milliseconds>(dl - std::chrono::steady_clock::now()),
-                                              logger(li.rank), opt_given_, std::move(a.server), &key_, &rj);
+                                              logger(li.rank), opt_given_, kit_->fresh(), std::move(a.server), &key_, &rj);
       log_.info("shrink: rank " + std::to_string(me) + " is rank " + std::to_string(li.rank) + " of " + std::to_string(li.size) + " after " +
                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) + " ms" +
                 (attempt > 1 ? " and " + std::to_string(attempt) + " attempts" : ""));

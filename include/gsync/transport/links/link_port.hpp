@@ -1,0 +1,124 @@
+#pragma once
+/// \file
+/// `link_port`: a peer's data link as the mesh drives it (transport/mesh/), whatever its type: the
+/// `link` concept's calls behind one small virtual interface, with the type's traits as values.
+/// The mesh is written once against it and compiled once (set-up, waits, failures); only
+/// `link_port_of<L>`, a few forwarding lines per link type, is a template. One indirect call per
+/// link call costs nanoseconds against a frame's system call or ring access
+/// (benchmarks/results/issue52/).
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/detail/function_ref.hpp"
+#include "gsync/transport/frame.hpp"
+
+namespace gsync::transport {
+
+/// Identity of a link type, without RTTI: `&link_key<L>` differs for every L.
+template <class L>
+inline constexpr char link_key = 0;
+
+/// A peer's data link, type-erased (see the file comment). Each call is the `link` concept's
+/// call of the same name (core/concepts.hpp); the link's traits are the constant members.
+class link_port {
+ public:
+  const std::size_t type;           ///< position of the link's type in the mesh's list
+  const std::string_view name;      ///< the medium, for logs ("tcp", "shm")
+  const link_costs costs;           ///< `link_traits<L>::costs`
+  const link_wait wait;             ///< `link_traits<L>::wait`
+  const bool reads_in_place;        ///< `link_traits<L>::reads_in_place`
+  const std::size_t payload_align;  ///< `link_traits<L>::payload_align`
+  std::deque<send_op>& q;           ///< the link's queue of frames not yet handed over
+
+  virtual ~link_port() = default;
+  link_port(const link_port&) = delete;
+  link_port& operator=(const link_port&) = delete;
+
+  virtual void post(const frame_header& h, const std::byte* p, std::size_t n) = 0;
+  virtual bool post_direct(const frame_header& h, const std::byte* p, std::size_t n) = 0;
+  virtual link_io pump(std::size_t& done) = 0;
+  virtual link_io try_header(frame_header& h, std::byte* dst, std::size_t n) = 0;
+  virtual link_io try_payload(std::byte* dst, std::size_t want, std::size_t align,
+                              detail::function_ref<void(std::span<const std::byte>)>* consume) = 0;
+  virtual void end_read() = 0;
+  virtual bool peek_header(frame_header& h) const = 0;
+  virtual bool peer_gone() const = 0;
+  /// Descriptor links: the descriptor poll(2) watches; -1 for doorbell links.
+  virtual int fd() const = 0;
+  /// Doorbell links: whether the pending read can go on (false for descriptor links).
+  virtual bool ready() const = 0;
+  /// Doorbell links: the peer's `failed` word (0 for descriptor links).
+  virtual std::uint32_t peer_failed() const = 0;
+
+  /// The link itself when it is of type L, else null (for what only that type offers).
+  template <class L>
+  L* as() noexcept {
+    return static_cast<L*>(typed(&link_key<L>));
+  }
+  template <class L>
+  const L* as() const noexcept {
+    return static_cast<const L*>(const_cast<link_port*>(this)->typed(&link_key<L>));
+  }
+  bool by_doorbell() const noexcept { return wait == link_wait::doorbell; }
+
+ protected:
+  link_port(std::size_t type_, std::string_view name_, link_costs costs_, link_wait wait_, bool in_place, std::size_t align,
+            std::deque<send_op>& q_)
+      : type(type_), name(name_), costs(costs_), wait(wait_), reads_in_place(in_place), payload_align(align), q(q_) {}
+  virtual void* typed(const void* key) noexcept = 0;
+};
+
+/// `link_port` over a link of type L: owns it, or drives one the mesh owns (its own TCP
+/// connection to the peer, when that carries the data).
+template <link L>
+class link_port_of final : public link_port {
+ public:
+  using traits = link_traits<L>;
+  /// A port owning a link (connected by its endpoint afterwards, through `link()`).
+  explicit link_port_of(std::size_t type) : link_port_of(type, std::make_unique<L>()) {}
+  /// A port driving `l`, which the caller owns and keeps at its address while the port lives.
+  link_port_of(std::size_t type, L& l) : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, l.q), l_(&l) {}
+
+  L& link() noexcept { return *l_; }
+
+  void post(const frame_header& h, const std::byte* p, std::size_t n) override { l_->post(h, p, n); }
+  bool post_direct(const frame_header& h, const std::byte* p, std::size_t n) override { return l_->post_direct(h, p, n); }
+  link_io pump(std::size_t& done) override { return l_->pump(done); }
+  link_io try_header(frame_header& h, std::byte* dst, std::size_t n) override { return l_->try_header(h, dst, n); }
+  link_io try_payload(std::byte* dst, std::size_t want, std::size_t align,
+                      detail::function_ref<void(std::span<const std::byte>)>* consume) override {
+    return l_->try_payload(dst, want, align, consume);
+  }
+  void end_read() override { l_->end_read(); }
+  bool peek_header(frame_header& h) const override { return l_->peek_header(h); }
+  bool peer_gone() const override { return l_->peer_gone(); }
+  int fd() const override {
+    if constexpr (traits::wait == link_wait::descriptor) return l_->fd();
+    else return -1;
+  }
+  bool ready() const override {
+    if constexpr (traits::wait == link_wait::doorbell) return l_->ready();
+    else return false;
+  }
+  std::uint32_t peer_failed() const override {
+    if constexpr (traits::wait == link_wait::doorbell) return l_->peer_failed();
+    else return 0;
+  }
+
+ private:
+  link_port_of(std::size_t type, std::unique_ptr<L> own)
+      : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, own->q), own_(std::move(own)), l_(own_.get()) {}
+  void* typed(const void* key) noexcept override { return key == &link_key<L> ? l_ : nullptr; }
+
+  std::unique_ptr<L> own_;  // the link, when the port owns it
+  L* l_;
+};
+
+}  // namespace gsync::transport
