@@ -41,6 +41,7 @@ static_assert(!gsync::finalizing_op<gsync::op::sum, float>);
 static_assert(gsync::finalizing_op<gsync::op::avg, std::int32_t>);
 static_assert(!gsync::reduction_op<int, float>);  // not callable: rejected by the concept
 static_assert(std::is_same_v<gsync::tcp_communicator, gsync::communicator<gsync::transport::tcp>>);
+static_assert(std::is_same_v<gsync::transport::tcp_options, gsync::transport::host_options>);  // the old name still works
 static_assert(std::is_move_constructible_v<gsync::tcp_communicator> && !std::is_copy_constructible_v<gsync::tcp_communicator>);
 static_assert(gsync::transport_policy<gsync::transport::tcp> && gsync::transport_policy<gsync::transport::inproc>);
 

@@ -1,4 +1,4 @@
-// Payload integrity (GSYNC_CHECKSUM, tcp_options::checksum): the CRC32C itself (detail/crc32c.hpp)
+// Payload integrity (GSYNC_CHECKSUM, host_options::checksum): the CRC32C itself (detail/crc32c.hpp)
 // against its standard check value and a bitwise reference, every path of it alike; collectives
 // with checksums on over TCP and shared memory; a payload altered after the sender summed it is
 // caught as errc::corrupted naming the link; ranks that disagree on the setting get a mismatch.

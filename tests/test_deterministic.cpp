@@ -44,7 +44,7 @@ TEST_CASE("deterministic mode: the choices see assumed (or given) links even whe
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        gsync::transport::tcp_options opt;
+        gsync::transport::host_options opt;
         opt.net_probe = true;
         opt.net_latency_us = 7;
         auto x = std::make_unique<gsync::transport::tcp>(gsync_test::test_launch_info(r, n, port, "det-host-" + std::to_string(r)),

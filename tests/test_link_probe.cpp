@@ -171,7 +171,7 @@ TEST_CASE("link probe: a rank that skips it while the others probe makes every r
       li.size = n;
       li.master_port = port;
       li.host_id = "probe-host-" + std::to_string(r);
-      gsync::transport::tcp_options opt;
+      gsync::transport::host_options opt;
       opt.net_probe = r != 1;
       try {
         auto x = std::make_unique<gsync::transport::tcp>(li, std::chrono::seconds(10), gsync::logger(r), opt);

@@ -151,7 +151,7 @@ TEST_CASE("shm: mixed job, shared memory inside a host and TCP across") {
   }
 }
 
-TEST_CASE("shm: tcp_options::shm = false (GSYNC_SHM_DISABLE=1) keeps same-host ranks on TCP, and explicit options win over the environment") {
+TEST_CASE("shm: host_options::shm = false (GSYNC_SHM_DISABLE=1) keeps same-host ranks on TCP, and explicit options win over the environment") {
   {
     gsync_test::scoped_env off("GSYNC_SHM_DISABLE", "1");
     CHECK_FALSE(gsync::config::from_env().transport.shm);

@@ -59,7 +59,9 @@ heavy=(test_soak test_allreduce_sweep test_collectives_sweep test_grad test_asyn
 # tests against the CPU stand-in of CUDA (IPC, IPC hierarchical, host staging) are the costliest
 # files to compile under ASan; they are left out of ASan+UBSan, and of TSan too (below), for the
 # CI time limit: GSYNC_SANITIZE_FULL=1 runs them under both.
-asan_skip=(test_allreduce_sweep_tcp test_cuda_ipc test_cuda_ipc_hierarchical test_device_staged)
+# The outside link's file (test_outside_link) is the TCP sweep again over a mesh whose same-host
+# pairs use a link defined in tests/; that link's calls run under ASan+UBSan in test_links.
+asan_skip=(test_allreduce_sweep_tcp test_outside_link test_cuda_ipc test_cuda_ipc_hierarchical test_device_staged)
 [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ] && { heavy=(test_allreduce_sweep_tcp "${heavy[@]}"); asan_skip=(); }
 asan_tests=("${heavy[@]}")
 for f in tests/test_*.cpp; do
@@ -74,7 +76,7 @@ tsan_tests=(test_async test_mismatch test_collectives test_bootstrap test_shm te
 # TSan compile and run, benchmarks/results/from_code_comments.md); they were clean under it
 # from 2026-12-04 on, and the plain build runs them in CI.
 if [ "${GSYNC_SANITIZE_FULL:-0}" = 1 ]; then
-  tsan_tests=(test_soak test_allreduce_sweep_tcp test_collectives_sweep test_device_staged test_cuda_ipc test_cuda_ipc_hierarchical "${tsan_tests[@]}")
+  tsan_tests=(test_soak test_allreduce_sweep_tcp test_outside_link test_collectives_sweep test_device_staged test_cuda_ipc test_cuda_ipc_hierarchical "${tsan_tests[@]}")
 fi
 # Smaller sizes for the sweeps and the soak test under the sanitizers (see the file comment).
 export GSYNC_TEST_MEDIUM=${GSYNC_TEST_MEDIUM:-4099} GSYNC_TEST_LARGE=${GSYNC_TEST_LARGE:-32768}

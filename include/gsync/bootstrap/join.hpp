@@ -16,7 +16,7 @@
 #include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/bootstrap/launch_env.hpp"
 #include "gsync/core/communicator.hpp"
-#include "gsync/core/tcp_options.hpp"
+#include "gsync/core/host_options.hpp"
 #include "gsync/detail/mpi_launch.hpp"
 
 namespace gsync {
@@ -44,7 +44,7 @@ communicator<X> communicator<X>::join(const bootstrap::launch_info& li, config c
   if (auto raised = bootstrap::ensure_fd_room(bootstrap::fd_needed(li.size))) logger(li.rank).info(*raised);
   std::unique_ptr<X> x;
   try {
-    if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::tcp_options&>)
+    if constexpr (std::constructible_from<X, const bootstrap::launch_info&, std::chrono::milliseconds, logger, const transport::host_options&>)
       x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
     else
       x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));

@@ -124,7 +124,7 @@ inline void set_cloexec(int fd) noexcept {
   if (f >= 0 && !(f & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, f | FD_CLOEXEC);
 }
 
-/// Default of tcp_options::liveness_ms, for connections made outside a transport (the store's).
+/// Default of host_options::liveness_ms, for connections made outside a transport (the store's).
 inline constexpr std::chrono::milliseconds default_liveness{10000};
 
 /// A connection whose peer stops answering without a FIN (its host vanished, a partition) fails

@@ -3,10 +3,10 @@
 /// Reading configuration from the environment: the one place the process's environment is read
 /// (with the definitions in core/config.ipp).
 /// The GSYNC_* variables of the communicator and of the transport are parsed into `config` and
-/// `transport::tcp_options`, with errors that name the variable and the value; the process-wide
+/// `transport::host_options`, with errors that name the variable and the value; the process-wide
 /// switches (logging, tracing, clock, CPU paths), the identity and the launchers' variables are
 /// read by the `env_*` functions below, which the files that use them call. What a program passes
-/// explicitly (a `config` it fills, `transport::tcp_options`, a `bootstrap::launch_info`) is used
+/// explicitly (a `config` it fills, `transport::host_options`, a `bootstrap::launch_info`) is used
 /// as given: the environment is read only by the `from_env` functions.
 
 #include <chrono>
@@ -19,7 +19,7 @@
 
 #include "gsync/core/error.hpp"
 #include "gsync/detail/build_mode.hpp"
-#include "gsync/core/tcp_options.hpp"
+#include "gsync/core/host_options.hpp"
 
 namespace gsync {
 
@@ -103,7 +103,7 @@ GSYNC_DECL launch_env read_launch_env();
 
 /// The transport settings of the GSYNC_* variables, over `o` where a variable is unset. Every
 /// value is checked here, before any connection, so that a bad one fails every rank the same way.
-GSYNC_DECL transport::tcp_options tcp_options_from_env(transport::tcp_options o = {});
+GSYNC_DECL transport::host_options host_options_from_env(transport::host_options o = {});
 
 }  // namespace detail
 
@@ -155,8 +155,8 @@ struct config {
   /// GSYNC_CUDA_IPC_ALGO).
   cuda_ipc_settings cuda_ipc;
   /// Settings of the TCP / shared-memory transport, for communicators that `join` a job
-  /// (transport/tcp_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
-  transport::tcp_options transport;
+  /// (core/host_options.hpp; GSYNC_SHM_*, GSYNC_SOCKET_*, GSYNC_SPIN_US, GSYNC_NET_*, ...).
+  transport::host_options transport;
 
   /// Settings from the environment, defaults where unset.
   GSYNC_DECL static config from_env();

@@ -131,12 +131,12 @@ GSYNC_DECL launch_env read_launch_env() {
   return li;
 }
 
-GSYNC_DECL transport::tcp_options tcp_options_from_env(transport::tcp_options o) {
+GSYNC_DECL transport::host_options host_options_from_env(transport::host_options o) {
   if (auto v = env("GSYNC_SHM_DISABLE"); v && *v != "0") o.shm = false;
   if (auto v = env("GSYNC_SHM_MEMBARRIER"); v && *v == "0") o.shm_light = false;
   if (auto b = env("GSYNC_SHM_BYTES")) {
     auto v = parse_size(*b);
-    if (!v || !transport::tcp_options::valid_ring_bytes(*v))
+    if (!v || !transport::host_options::valid_ring_bytes(*v))
       throw error(errc::invalid_argument, "GSYNC_SHM_BYTES='" + *b + "' is not a size between 4K and 1G, multiple of 64");
     o.shm_ring_bytes = *v;
   }
@@ -147,7 +147,7 @@ GSYNC_DECL transport::tcp_options tcp_options_from_env(transport::tcp_options o)
   }
   if (auto b = env("GSYNC_SOCKET_BUFFER")) {
     auto v = parse_size(*b);
-    if (!v || !transport::tcp_options::valid_socket_buffer(static_cast<long long>(*v))) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
+    if (!v || !transport::host_options::valid_socket_buffer(static_cast<long long>(*v))) throw error(errc::invalid_argument, "GSYNC_SOCKET_BUFFER='" + *b + "' is not a size such as 4M");
     o.socket_buffer_bytes = static_cast<int>(*v);  // 0: leave the kernel's autotuning alone
   }
   if (auto w = env_int("GSYNC_STALL_WARN_S", 0, 1000000)) o.stall_warn_s = static_cast<int>(*w);
@@ -220,7 +220,7 @@ GSYNC_DECL config config::from_env() {
       throw error(errc::invalid_argument, "GSYNC_CUDA_IPC_ALGO='" + *a + "' is not one of auto, oneshot, twoshot");
     c.cuda_ipc.algo = *a;
   }
-  c.transport = detail::tcp_options_from_env();
+  c.transport = detail::host_options_from_env();
   return c;
 }
 

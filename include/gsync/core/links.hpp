@@ -44,7 +44,7 @@ struct link_estimate {
 namespace detail {
 
 /// `base` with the link rate `gbps` (Gbit/s per direction) and the per-message cost `latency_us`
-/// applied where they are positive (`transport::tcp_options::net_gbps`, `net_latency_us`).
+/// applied where they are positive (`transport::host_options::net_gbps`, `net_latency_us`).
 inline link_estimate override_links(link_estimate base, double gbps, double latency_us) noexcept {
   if (gbps > 0) base.beta_us_per_byte = 8.0 / (gbps * 1e3);
   if (latency_us > 0) base.alpha_us = latency_us;

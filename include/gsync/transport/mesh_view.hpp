@@ -28,7 +28,7 @@
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/build_mode.hpp"
 #include "gsync/detail/function_ref.hpp"
-#include "gsync/core/tcp_options.hpp"
+#include "gsync/core/host_options.hpp"
 
 namespace gsync::bootstrap {
 class store_client;
@@ -129,7 +129,7 @@ class mesh_view {
   /// Joins the job described by `li` (see `mesh`), its links from `make`, the settings from the
   /// environment (core/config.hpp) or `opt`.
   GSYNC_DECL mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, kit_maker make);
-  GSYNC_DECL mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt, kit_maker make);
+  GSYNC_DECL mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, host_options opt, kit_maker make);
   mesh_view() = default;
   /// Makes `v` (default-constructed) the view of `split` / `shrink` (see `mesh`).
   GSYNC_DECL void split_into(mesh_view& v, const std::vector<int>& members, std::uint64_t comm) const;
@@ -172,7 +172,7 @@ class mesh : public mesh_view {
   mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log)
       : mesh_view(li, timeout, std::move(log), &make_link_kit<Ls...>) {}
   /// The same with the settings `opt`, used as given: the environment is not read.
-  mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt)
+  mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, host_options opt)
       : mesh_view(li, timeout, std::move(log), std::move(opt), &make_link_kit<Ls...>) {}
 
   /// A view of the same connections over `members` (ranks of this view, this rank among them,

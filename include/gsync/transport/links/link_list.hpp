@@ -27,7 +27,6 @@ template <class... Ls>
            (link_endpoint<typename link_traits<Ls>::endpoint, Ls> && ...))
 struct link_list {
   static constexpr std::size_t size = sizeof...(Ls);             ///< number of link types
-  using endpoints = std::tuple<typename link_traits<Ls>::endpoint...>;  ///< one of each: a rank's endpoints
   static constexpr std::array<std::string_view, size> names{Ls::name...};  ///< for logs
   static constexpr std::array<link_wait, size> waits{link_traits<Ls>::wait...};  ///< how each is waited for
 

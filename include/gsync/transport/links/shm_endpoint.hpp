@@ -29,30 +29,32 @@ namespace gsync::transport {
 /// See the file comment.
 class shm_endpoint final : public doorbell_owner {
  public:
-  /// Creates this rank's segment when shared memory is on (`tcp_options::shm`) and its host runs
+  /// Creates this rank's segment when shared memory is on (`shm_options::enabled`) and its host runs
   /// other ranks, and publishes its name, ring size and whether this rank can use asymmetric
   /// fences under `gsync/shm/R` ("-": no segment).
-  explicit shm_endpoint(const link_setup& s) : local_(s.topo->ranks_on(s.topo->host_of(s.rank))) {
+  shm_endpoint(const link_setup& s, const shm_options& o) : local_(s.topo->ranks_on(s.topo->host_of(s.rank))) {
     std::string rec = "-";
     // Asymmetric fences (shm.hpp) take the fence off every message's path and put a membarrier
     // call on every sleep. Where ranks share cores they sleep often (their spin is short), so
     // there the plain fences stay. Every rank of the host must agree: each one says whether it
     // can, and the host uses them only if all can.
-    const bool light_capable = s.opt->shm_light && !s.shares_cores && shm::asymmetric_fences_available();
-    if (s.opt->shm && local_.size() > 1) {
+    const bool light_capable = o.light && !s.shares_cores && shm::asymmetric_fences_available();
+    if (o.enabled && local_.size() > 1) {
       char what[48];
       std::snprintf(what, sizeof what, "%016llx-%d", static_cast<unsigned long long>(s.nonce), s.rank);
       const std::string nb = gsync::detail::shm_name(static_cast<long>(::getpid()), what);
       try {
-        seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local_.size()), s.opt->shm_ring_bytes);
+        seg_ = shm::segment::create(nb, static_cast<std::uint32_t>(local_.size()), o.ring_bytes);
         shm::publish_probe(seg_.header());
-        rec = nb + " " + std::to_string(s.opt->shm_ring_bytes) + (light_capable ? " 1" : " 0");
+        rec = nb + " " + std::to_string(o.ring_bytes) + (light_capable ? " 1" : " 0");
       } catch (const error& e) {
         s.log.warn(std::string(e.what()) + "; ranks on this host will talk to rank " + std::to_string(s.rank) + " over TCP");
       }
     }
     s.store->set("gsync/shm/" + std::to_string(s.rank), rec, s.dl);
     light_ = seg_ && light_capable;
+    ring_bytes_ = o.ring_bytes;
+    single_copy_min_ = o.single_copy_bytes;
     if (seg_) peer_segs_.resize(static_cast<std::size_t>(s.size));
   }
   shm_endpoint(const shm_endpoint&) = delete;
@@ -70,7 +72,7 @@ class shm_endpoint final : public doorbell_owner {
     std::size_t rb = 0;
     const auto sp_end = std::min(r.size(), r.find(' ', sp + 1));
     const auto [end, ec] = std::from_chars(r.data() + sp + 1, r.data() + sp_end, rb);
-    if (ec != std::errc{} || end != r.data() + sp_end || !tcp_options::valid_ring_bytes(rb) || !r.starts_with("/gsync-") || r.find('/', 1) < sp)
+    if (ec != std::errc{} || end != r.data() + sp_end || !host_options::valid_ring_bytes(rb) || !r.starts_with("/gsync-") || r.find('/', 1) < sp)
       throw error(errc::mismatch, "bad shared-memory record for rank " + std::to_string(peer) + ": " + r.substr(0, 200));
     const auto sp2 = r.find(' ', sp + 1);
     if (sp2 == std::string::npos || r.substr(sp2 + 1) != "1") light_ = false;
@@ -78,14 +80,14 @@ class shm_endpoint final : public doorbell_owner {
     ps = shm::segment::open(r.substr(0, sp), static_cast<std::uint32_t>(local_.size()), rb);
     const std::uint32_t me = slot_of(s.rank), them = slot_of(peer);
     std::memset(ps.data(me), 0, rb);  // touch every page of our ring now, not on the first pass (shm::segment::create)
-    l.attach(&ps.ctl(me), ps.data(me), rb, &seg_.ctl(them), seg_.data(them), s.opt->shm_ring_bytes, &ps.bell());
+    l.attach(&ps.ctl(me), ps.data(me), rb, &seg_.ctl(them), seg_.data(them), ring_bytes_, &ps.bell());
     // Single copy: this rank reads the peer's large payloads from its memory if the kernel lets
     // it (the probe word reads back), which the flag in the pair's inbound ring tells the peer.
     // Not where ranks share cores: there the reader's copy takes a core another rank needs, and it
     // measured no faster than the ring (benchmarks/results/issue52/compare_ompi_shm.md, N = 4).
-    l.set_single_copy(s.opt->shm_single_copy_bytes);
+    l.set_single_copy(single_copy_min_);
     if (s.shares_cores) shares_cores_ = true;
-    if (s.opt->shm_single_copy_bytes != 0 && !s.shares_cores) {
+    if (single_copy_min_ != 0 && !s.shares_cores) {
       int why = 0;
       if (shm::probe_peer(ps.header(), why)) {
         l.set_peer_process(ps.header().owner_pid);
@@ -154,6 +156,8 @@ class shm_endpoint final : public doorbell_owner {
   std::vector<shm_link*> linked_;        // the links connected (the mesh's, stable from set-up on)
   std::vector<std::string> records_;     // same-host ranks' records, by slot (read once, record_of)
   bool light_ = false;
+  std::size_t ring_bytes_ = 0;           // of this rank's inbound rings (shm_options)
+  std::size_t single_copy_min_ = 0;      // smallest message sent by reference (shm_options)
   std::size_t single_copy_ = 0;          // peers whose memory this rank reads by reference
   bool shares_cores_ = false;            // ... none: this machine runs more ranks than cores
   std::string refused_;                  // peers whose memory the kernel would not let it read

@@ -23,6 +23,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/cost_model.hpp"
+#include "gsync/core/host_options.hpp"
 #include "gsync/detail/function_ref.hpp"
 #include "gsync/transport/frame.hpp"
 #include "gsync/transport/shm.hpp"
@@ -350,6 +351,15 @@ class shm_link {
 
 class shm_endpoint;  // transport/links/shm_endpoint.hpp
 
+/// The shared-memory link's settings (its part of `host_options`, where the GSYNC_SHM_*
+/// variables land: core/host_options.hpp says what each one does).
+struct shm_options {
+  bool enabled = true;                          ///< `host_options::shm`
+  bool light = true;                            ///< `host_options::shm_light`
+  std::size_t ring_bytes = 1 << 20;             ///< `host_options::shm_ring_bytes`
+  std::size_t single_copy_bytes = 1 << 20;      ///< `host_options::shm_single_copy_bytes`
+};
+
 }  // namespace gsync::transport
 
 namespace gsync {
@@ -365,6 +375,11 @@ struct link_traits<transport::shm_link> {
   static constexpr bool reads_in_place = true;  ///< a reduction reads the peer's bytes in the ring
   static constexpr std::size_t payload_align = 8;  ///< payloads start 8-byte aligned in the ring (shm.hpp)
   using endpoint = transport::shm_endpoint;  ///< rank-wide set-up (`link_endpoint`): the segments
+  using options = transport::shm_options;    ///< its settings
+  /// Its settings, from the mesh's.
+  static options options_from(const transport::host_options& o) noexcept {
+    return options{o.shm, o.shm_light, o.shm_ring_bytes, o.shm_single_copy_bytes};
+  }
 };
 static_assert(link<transport::shm_link>);  // after its traits: the concept reads them
 }  // namespace gsync

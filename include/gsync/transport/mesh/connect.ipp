@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The mesh's TCP connections: which pairs connect at start-up, and how a pair connects later,
-/// when a schedule first needs it (`tcp_options::lazy_connect`, the default).
+/// when a schedule first needs it (`host_options::lazy_connect`, the default).
 ///
 /// The higher rank of a pair always dials the lower one's listener (its address is in the set-up
 /// records every rank read at start-up: no store request), runs the job-key handshake and sends

@@ -129,7 +129,7 @@
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/shm.hpp"
-#include "gsync/core/tcp_options.hpp"
+#include "gsync/core/host_options.hpp"
 
 namespace gsync::transport {
 
@@ -141,7 +141,7 @@ class host_mesh {
   /// peer, the first type whose endpoint connects the pair). `server`: a store already serving at li's master address, which this
   /// rank (rank 0) serves the job with; `key`: the job key, instead of li's or the environment's;
   /// `rj`: the set-up of a shrink (all three from a shrink: shrink.ipp).
-  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt, std::unique_ptr<link_kit> kit,
+  host_mesh(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, host_options opt, std::unique_ptr<link_kit> kit,
             std::unique_ptr<bootstrap::store_server> server = {}, const bootstrap::auth::job_key* key = nullptr, rejoin* rj = nullptr);
   host_mesh(const host_mesh&) = delete;
   host_mesh& operator=(const host_mesh&) = delete;
@@ -205,7 +205,7 @@ class host_mesh {
   /// Drops the frames set aside for communicator `comm` (it was destroyed).
   void forget_comm(std::uint64_t comm);
   /// The settings in force.
-  const tcp_options& options() const noexcept { return opt_; }
+  const host_options& options() const noexcept { return opt_; }
 
   /// Called when an operation has ended: a stall record it published is withdrawn at once, so
   /// that a rank busy outside gsync afterwards is not reported as stuck in it.
@@ -339,7 +339,7 @@ class host_mesh {
   void exchange_hosts(const bootstrap::launch_info& li);
   std::string missing_ranks(const std::vector<std::string>& keys, std::vector<int>* missing = nullptr);
   void connect_links(deadline dl);
-  static void check_options(const tcp_options& o);
+  static void check_options(const host_options& o);
 
   // Moving frames over a peer's data link, waiting where it has nothing yet (link_path.ipp).
   link_port& data_link(int peer) noexcept { return *peers_[static_cast<std::size_t>(peer)].data; }
@@ -464,8 +464,8 @@ class host_mesh {
     int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
     std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
   } stall_;
-  tcp_options opt_;
-  tcp_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
+  host_options opt_;
+  host_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
   std::vector<admitting> admitting_;  // after io_: its sockets must go before the io_context

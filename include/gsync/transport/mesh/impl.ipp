@@ -29,8 +29,8 @@ template std::unique_ptr<link_kit> make_link_kit<shm_link, tcp_link>();  // decl
 #endif
 
 GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, kit_maker make)
-    : mesh_view(li, timeout, std::move(log), gsync::detail::tcp_options_from_env(), make) {}
-GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, tcp_options opt, kit_maker make)
+    : mesh_view(li, timeout, std::move(log), gsync::detail::host_options_from_env(), make) {}
+GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, host_options opt, kit_maker make)
     : m_(std::make_shared<host_mesh>(li, timeout, std::move(log), std::move(opt), make())),
       rank_(m_->rank()), size_(m_->size()), name_(m_->name()), topo_(&m_->topo()), local_(&m_->local_costs()) {}
 GSYNC_DECL mesh_view::~mesh_view() {

@@ -79,7 +79,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     } while (r == 0 && std::chrono::steady_clock::now() < until);
   }
   if (r == 0 && sock_in && opt_.tcp_yield_us > 0 && expect <= opt_.tcp_yield_bytes) {
-    // A small message on its way: stay awake, giving the core to whoever runs (see tcp_options).
+    // A small message on its way: stay awake, giving the core to whoever runs (see host_options).
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.tcp_yield_us);
     do {
       unlocked([&] {

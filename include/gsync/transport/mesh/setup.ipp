@@ -48,7 +48,7 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
 
 /// Joins the job described by `li`: starts the store on rank 0, connects the full mesh.
 /// Every wait of the setup ends at now + `timeout`.
-inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, tcp_options opt,
+inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, host_options opt,
                             std::unique_ptr<link_kit> kit, std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key,
                             rejoin* rj)
     : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)),
@@ -332,11 +332,11 @@ inline std::string host_mesh::missing_ranks(const std::vector<std::string>& keys
 }
 
 // Refuses options no transport could run with, naming the field (and its variable).
-inline void host_mesh::check_options(const tcp_options& o) {
-  const auto bad = [](const std::string& what) { throw error(errc::invalid_argument, "tcp_options: " + what); };
-  if (!tcp_options::valid_ring_bytes(o.shm_ring_bytes))
+inline void host_mesh::check_options(const host_options& o) {
+  const auto bad = [](const std::string& what) { throw error(errc::invalid_argument, "host_options: " + what); };
+  if (!host_options::valid_ring_bytes(o.shm_ring_bytes))
     bad("shm_ring_bytes (GSYNC_SHM_BYTES) = " + std::to_string(o.shm_ring_bytes) + " is not between 4K and 1G, multiple of 64");
-  if (!tcp_options::valid_socket_buffer(o.socket_buffer_bytes))
+  if (!host_options::valid_socket_buffer(o.socket_buffer_bytes))
     bad("socket_buffer_bytes (GSYNC_SOCKET_BUFFER) = " + std::to_string(o.socket_buffer_bytes) + " is not between 0 and 1G");
   if (o.staging_bytes < 64) bad("staging_bytes = " + std::to_string(o.staging_bytes) + " is below 64");
   if (o.stall_warn_s < 0) bad("stall_warn_s (GSYNC_STALL_WARN_S) is negative");
@@ -444,12 +444,11 @@ inline void host_mesh::connect_links(deadline dl) {
   s.size = size_;
   s.store = store_.get();
   s.topo = &topo_;
-  s.opt = &opt_;
   s.nonce = nonce_;
   s.shares_cores = cores_shared_;
   s.dl = dl;
   s.log = log_;
-  kit_->open(s);
+  kit_->open(s, opt_);
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
     auto& c = peers_[static_cast<std::size_t>(j)];
