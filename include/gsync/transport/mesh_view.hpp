@@ -200,3 +200,7 @@ class mesh : public mesh_view {
 };
 
 }  // namespace gsync::transport
+
+#if !defined(GSYNC_SEPARATE_COMPILATION)
+#include "gsync/transport/mesh/impl.ipp"
+#endif

@@ -128,6 +128,7 @@
 #include "gsync/transport/mesh/heartbeat.hpp"
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
+#include "gsync/transport/mesh/stall_monitor.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/core/host_options.hpp"
 
@@ -212,7 +213,7 @@ class host_mesh {
   void op_finished() noexcept {
     try {
       call_lock g(*this);
-      withdraw_stall_record();
+      stall_.withdraw();
     } catch (...) {
     }
   }
@@ -376,11 +377,6 @@ class host_mesh {
 
   // Diagnostics (diagnostics.ipp).
   [[noreturn]] void timed_out(int in_peer, message_id id);
-  std::optional<std::chrono::steady_clock::time_point> stall_check(int in_peer, message_id id, deadline dl);
-  static std::string p2p_wait_hint(int in_peer);
-  void withdraw_stall_record() noexcept;
-  std::optional<std::string> other_call(message_id id, deadline sdl, int only = -1);
-  std::string behind_report(std::uint64_t seq, deadline sdl);
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
 
   // Shrinking to the survivors (shrink.ipp).
@@ -456,14 +452,7 @@ class host_mesh {
   logger log_;
   bootstrap::auth::job_key key_;  // launch_info::job_key or GSYNC_JOB_KEY (bootstrap/auth.hpp)
   bool cc_warned_ = false;
-  struct stall_state {  // the operation a wait of this process tracks (one at a time; see stall_check)
-    std::uint32_t tag = 0;
-    std::uint64_t seq = 0;
-    std::uint64_t comm = 0;  // its communicator (fingerprint::comm): each numbers its own operations
-    std::chrono::steady_clock::time_point since{};
-    int stage = 0;  // 0: quiet, 1: published in the store, 2: reported
-    std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
-  } stall_;
+  stall_monitor stall_;  // the operation this rank waits in, its stall record and reports (stall_monitor.hpp)
   host_options opt_;
   host_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;

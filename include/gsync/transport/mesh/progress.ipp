@@ -17,7 +17,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
   if (broken_.load(std::memory_order_acquire)) [[unlikely]] unusable();  // another thread's call failed (shared mode)
   if (hb_alarm_.load(std::memory_order_acquire)) [[unlikely]] heartbeat_lost();  // a peer stopped answering (heartbeat.hpp)
-  if (const auto now = stall_check(in_peer, id, dl)) cross_check(in_peer, id, *now);
+  if (const auto v = stall_.look(in_peer, id, dl); v.now) {
+    if (v.mismatch) fail(errc::mismatch, *v.mismatch);
+    cross_check(in_peer, id, *v.now);
+  }
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   if (bell_progress(in_peer)) return;
   // Peers not connected yet may dial this rank at any time (connect.ipp): the listener is watched
@@ -100,7 +103,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
         pfds_.push_back({peers_[p].tcp().fd(), POLLRDHUP, 0});
         pidx_.push_back(p);
       }
-  // Block at most a second at a time, so that stall_check runs while an operation hangs.
+  // Block at most a second at a time, so that the stall monitor looks while an operation hangs.
   // Shared mode: at most 10 ms at a time (another thread may queue sends meanwhile that this
   // poll does not watch).
   const bool shared = my_lock() != nullptr;

@@ -51,7 +51,7 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
 inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, host_options opt,
                             std::unique_ptr<link_kit> kit, std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key,
                             rejoin* rj)
-    : rank_(given.rank), size_(given.size), log_(log), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)),
+    : rank_(given.rank), size_(given.size), log_(log), stall_(given.rank, given.size, opt.stall_warn_s, log, store_), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)),
       dial_timeout_(timeout), kit_(std::move(kit)) {
   if (!kit_) throw error(errc::invalid_argument, "transport: no link list");
   const deadline dl = std::chrono::steady_clock::now() + timeout;
