@@ -171,6 +171,7 @@ def main():
     ap.add_argument("--mid-ratio", type=float, default=None, help=f"target busbw ratio in the middle range (default {MID_RATIO})")
     ap.add_argument("--stat", choices=["best", "median"], default="best",
                     help="of several runs of a size (--repeat), keep the fastest (default) or the median")
+    ap.add_argument("--transport", choices=["tcp", "shm"], default="tcp", help="what both ran over, for the title (default tcp)")
     ap.add_argument("--mid-hi", type=int, default=None, help="upper end of the middle range in bytes (default 16 MiB)")
     args = ap.parse_args()
     if args.mid_ratio is not None:
@@ -188,7 +189,7 @@ def main():
 
     out = []
     w = out.append
-    w("# gsync vs Open MPI: allreduce over TCP loopback")
+    w("# gsync vs Open MPI: allreduce over " + ("shared memory (one host)" if args.transport == "shm" else "TCP loopback"))
     w("")
     w("float32 sum, out of place. busbw = algbw * 2(N-1)/N in GB/s (1e9 B/s); time = per-iteration mean, max over"
       " ranks; ratio = gsync busbw / Open MPI busbw (> 1: gsync faster). Where a size was measured more than once"

@@ -264,7 +264,7 @@ fi
 mpi_version=$("$mpirun" --version 2>/dev/null | head -n 1)
 
 echo
-python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$report" --stat "$stat" "${ratio_args[@]}" \
+python3 benchmarks/compare.py --dir "$raw" --np "$nps" --md "$report" --stat "$stat" --transport "$transport" "${ratio_args[@]}" \
   --command "$cmdline" --date "$date_start" --nproc "$(nproc)" \
   --load-before "$load_before" --load-after "$load_after" --mpi-version "$mpi_version" --git "$git_rev" \
   --commands-file "$commands" ||

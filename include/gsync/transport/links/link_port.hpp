@@ -3,9 +3,10 @@
 /// `link_port`: a peer's data link as the mesh drives it (transport/mesh/), whatever its type: the
 /// `link` concept's calls behind one small virtual interface, with the type's traits as values.
 /// The mesh is written once against it and compiled once (set-up, waits, failures); only
-/// `link_port_of<L>`, a few forwarding lines per link type, is a template. One indirect call per
-/// link call costs nanoseconds against a frame's system call or ring access
-/// (benchmarks/results/issue52/).
+/// `link_port_of<L>` is a template: the link's calls, and the two loops that take a frame's
+/// header and payload, which call the link directly and the mesh (`link_waiter`) only when the
+/// link has nothing yet, so a message that has arrived costs no indirect call per piece
+/// (benchmarks/results/issue52/link_port.md).
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,24 @@
 #include "gsync/transport/frame.hpp"
 
 namespace gsync::transport {
+
+class link_port;
+
+/// What a port's receive loops call when the link has nothing yet, or something unexpected: the
+/// mesh, for the peer and operation being read.
+class link_waiter {
+ public:
+  /// Waits until the link may have more (`expect`: payload bytes still to come, when known).
+  virtual void wait(std::size_t expect) = 0;
+  /// The link failed (`link_io::err`): throws.
+  [[noreturn]] virtual void lost(int err) = 0;
+  /// `h`, read whole off `l` with `got` payload bytes at `have`, belongs to another communicator
+  /// than the reader's: sets it aside for its owner.
+  virtual void aside(link_port& l, const frame_header& h, const std::byte* have, std::size_t got) = 0;
+
+ protected:
+  ~link_waiter() = default;
+};
 
 /// Identity of a link type, without RTTI: `&link_key<L>` differs for every L.
 template <class L>
@@ -56,6 +75,15 @@ class link_port {
   virtual bool ready() const = 0;
   /// Doorbell links: the peer's `failed` word (0 for descriptor links).
   virtual std::uint32_t peer_failed() const = 0;
+
+  /// Takes the next frame's header, waiting through `w` until it is there; returns the payload
+  /// bytes that came with it (up to `n`, into dst). A frame of a communicator other than `comm`
+  /// goes to `w.aside`, and the next one is taken.
+  virtual std::size_t take_header(link_waiter& w, frame_header& h, std::byte* dst, std::size_t n, std::uint64_t comm) = 0;
+  /// Takes `n` payload bytes, waiting through `w`: copied to dst, or (a link that reads in place)
+  /// handed to `*consume` in pieces that are multiples of `align`; then ends the frame.
+  virtual void take_payload(link_waiter& w, std::byte* dst, std::size_t n, std::size_t align,
+                            detail::function_ref<void(std::span<const std::byte>)>* consume) = 0;
 
   /// The link itself when it is of type L, else null (for what only that type offers).
   template <class L>
@@ -110,6 +138,35 @@ class link_port_of final : public link_port {
   std::uint32_t peer_failed() const override {
     if constexpr (traits::wait == link_wait::doorbell) return l_->peer_failed();
     else return 0;
+  }
+
+  std::size_t take_header(link_waiter& w, frame_header& h, std::byte* dst, std::size_t n, std::uint64_t comm) override {
+    for (;;) {
+      const link_io io = l_->try_header(h, dst, n);
+      if (io.done) {
+        if (h.magic == frame_magic && h.fp.comm != comm) [[unlikely]] {
+          w.aside(*this, h, dst, io.bytes);
+          continue;
+        }
+        return io.bytes;
+      }
+      if (io.err) w.lost(io.err);
+      w.wait(n);
+    }
+  }
+  void take_payload(link_waiter& w, std::byte* dst, std::size_t n, std::size_t align,
+                    detail::function_ref<void(std::span<const std::byte>)>* consume) override {
+    std::size_t got = 0;
+    while (got < n) {
+      const link_io io = l_->try_payload(consume ? nullptr : dst + got, n - got, align, consume);
+      if (io.bytes) {
+        got += io.bytes;
+        continue;
+      }
+      if (io.err) w.lost(io.err);
+      w.wait(n - got);
+    }
+    l_->end_read();
   }
 
  private:

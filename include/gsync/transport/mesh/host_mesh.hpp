@@ -345,6 +345,17 @@ class host_mesh {
   // Moving frames over a peer's data link, waiting where it has nothing yet (link_path.ipp).
   link_port& data_link(int peer) noexcept { return *peers_[static_cast<std::size_t>(peer)].data; }
   bool pump_link(int peer, link_port& l);
+  // What a port's receive loops call back (link_port.hpp): the waits and failures of one read.
+  struct port_waiter final : link_waiter {
+    host_mesh& m;
+    int peer;
+    deadline dl;
+    message_id id;
+    port_waiter(host_mesh& m_, int peer_, deadline dl_, message_id id_) : m(m_), peer(peer_), dl(dl_), id(id_) {}
+    void wait(std::size_t expect) override { m.wait_progress(peer, dl, id, expect); }
+    [[noreturn]] void lost(int err) override { m.lost_while_receiving(peer, id, err); }
+    void aside(link_port& l, const frame_header& h, const std::byte* have, std::size_t got) override { m.set_aside(peer, l, h, have, got, dl, id); }
+  };
   bool pump_peer(int peer);
   void pump_descriptors();
   bool pump_doorbells();

@@ -64,38 +64,19 @@ inline std::uint32_t host_mesh::bell_failed(int peer) { return data_link(peer).p
 
 // Takes the next frame's header from `peer`, waiting until it is there; payload bytes that came
 // with it (up to `n`, into dst) are returned.
+// A frame of another communicator sharing the link is set aside for its owner (see call_lock).
 inline std::size_t host_mesh::take_header(int peer, link_port& l, frame_header& h, std::byte* dst, std::size_t n, deadline dl,
                                           message_id id) {
-  for (;;) {
-    const link_io io = l.try_header(h, dst, n);
-    if (io.done) {
-      // A frame of another communicator sharing the link: set aside for its owner (see call_lock).
-      if (h.magic == frame_magic && h.fp.comm != id.fp.comm) [[unlikely]] {
-        set_aside(peer, l, h, dst, io.bytes, dl, id);
-        continue;
-      }
-      return io.bytes;
-    }
-    if (io.err) lost_while_receiving(peer, id, io.err);
-    wait_progress(peer, dl, id, n);
-  }
+  port_waiter w(*this, peer, dl, id);
+  return l.take_header(w, h, dst, n, id.fp.comm);
 }
 
 // Takes n payload bytes from `peer`: copied to dst, or (a link that reads in place) handed to
 // `consume` in pieces that are multiples of `align`; then ends the frame.
 inline void host_mesh::take_payload(int peer, link_port& l, std::byte* dst, std::size_t n, std::size_t align,
                                     detail::function_ref<void(std::span<const std::byte>)>* consume, deadline dl, message_id id) {
-  std::size_t got = 0;
-  while (got < n) {
-    const link_io io = l.try_payload(consume ? nullptr : dst + got, n - got, align, consume);
-    if (io.bytes) {
-      got += io.bytes;
-      continue;
-    }
-    if (io.err) lost_while_receiving(peer, id, io.err);
-    wait_progress(peer, dl, id, n - got);
-  }
-  l.end_read();
+  port_waiter w(*this, peer, dl, id);
+  l.take_payload(w, dst, n, align, consume);
 }
 
 // Takes up to n payload bytes from `peer` into dst, waiting until at least one is there.
