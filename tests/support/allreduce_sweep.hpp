@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "support/failures.hpp"
 #include "support/reference.hpp"
 #include "support/world.hpp"
@@ -209,6 +211,20 @@ void run_sweep(int n) {
   else run_inproc(n, body, test_config());
   for (const auto& f : fails.list) FAIL_CHECK(f);
   CHECK(fails.list.empty());
+}
+
+// A transport under the sweeps must fail loudly, or the sweeps could not fail: the ranks of a
+// 2-rank world (`run(2, body, cfg)`) that report errc::mismatch when rank 0 allreduces 10 floats
+// and rank 1 allreduces 11.
+template <class Run>
+int mismatch_reports(Run run, const gsync::config& cfg) {
+  std::atomic<int> n{0};
+  run(2, [&](auto& comm, world_sync& sync) {
+    std::vector<float> v(comm.rank() == 0 ? 10 : 11, 1.0f);
+    if (kind_of([&] { gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v}); }) == gsync::errc::mismatch) n++;
+    sync.bar.arrive_and_wait();
+  }, cfg);
+  return n;
 }
 
 }  // namespace
