@@ -49,6 +49,7 @@ TEST_CASE("deterministic mode: the choices see assumed (or given) links even whe
         opt.net_latency_us = 7;
         auto x = std::make_unique<gsync::transport::tcp>(gsync_test::test_launch_info(r, n, port, "det-host-" + std::to_string(r)),
                                                          10s, gsync::logger(r), opt);
+        x->measure_links(10s);  // as join does, which a deterministic communicator's skips
         gsync::config cfg = gsync_test::with_timeout(20s);
         cfg.deterministic = true;
         cfg.transport = opt;

@@ -2,7 +2,8 @@
 /// \file
 /// Joining a job: the definitions of `communicator::from_env`, `from_mpi` and `join` (declared in
 /// core/communicator.hpp), which describe the job (bootstrap/launch_env.hpp), make room for its
-/// descriptors (bootstrap/fd_limit.hpp) and construct the transport, turning what its set-up throws
+/// descriptors (bootstrap/fd_limit.hpp), construct the transport and time its links (measure_links,
+/// where the transport has it), turning what its set-up throws
 /// into `gsync::error`. Set-up code, above core/: a file that only runs collectives on a
 /// communicator it was given does not need it.
 
@@ -48,6 +49,7 @@ communicator<X> communicator<X>::join(const bootstrap::launch_info& li, config c
       x = std::make_unique<X>(li, cfg.timeout, logger(li.rank), cfg.transport);
     else
       x = std::make_unique<X>(li, cfg.timeout, logger(li.rank));
+    if constexpr (requires(X& t) { t.measure_links(cfg.timeout); }) x->measure_links(cfg.timeout);  // collective, before any operation
   } catch (const error& e) {
     if (bootstrap::mentions_out_of_descriptors(e)) throw bootstrap::fd_exhausted(e.what(), li.size);
     throw;

@@ -86,6 +86,12 @@ class mesh_view {
   GSYNC_DECL std::uint64_t shm_late_wakeups() const noexcept;
   /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
   GSYNC_DECL std::uint64_t shm_read_position(int peer) const noexcept;
+  /// Times the links between hosts for the automatic choice of algorithms (transport/link_probe.hpp;
+  /// `topo().links()`, assumed until then): collective, every rank right after constructing the
+  /// transport and before any operation. `communicator::join` (and `from_env`, `from_mpi`) call it;
+  /// a program that constructs the transport itself calls it, or runs on assumed links.
+  /// Does nothing on one host, with GSYNC_NET_PROBE=0, or with both GSYNC_NET_GBPS and GSYNC_NET_LATENCY_US.
+  GSYNC_DECL void measure_links(std::chrono::milliseconds timeout);
   /// The job's rendezvous store (include gsync/bootstrap/store.hpp to use it).
   GSYNC_DECL bootstrap::store_client& store();
 

@@ -37,7 +37,7 @@ inline void host_mesh::connect_at_start(deadline dl) {
     return who;
   };
   auto next_lost_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-  std::vector<pollfd> fds;
+  waiter::poll_set& ps = waiter::thread_set();
   for (std::string who = missing(); !who.empty(); who = missing()) {
     const auto t = std::chrono::steady_clock::now();
     if (t >= dl) throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
@@ -48,9 +48,10 @@ inline void host_mesh::connect_at_start(deadline dl) {
       if (store_->check("gsync/lost", dl))
         throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " + store_->get("gsync/lost", dl));
     }
-    fds.assign(1, pollfd{acc_.native_handle(), POLLIN, 0});
-    for (const auto& a : admitting_) fds.push_back(pollfd{a.s->native_handle(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(50, detail::ms_left(dl))));
+    ps.clear();
+    ps.add(acc_.native_handle(), POLLIN, listener_slot);
+    admitting_.watch(ps, admit_slot);
+    ::poll(ps.fds.data(), ps.size(), static_cast<int>(std::min<std::int64_t>(50, detail::ms_left(dl))));
     // A higher rank that has finished its set-up may already dial for its first operation: it
     // is admitted too, but only the ones awaited here count.
     accept_ready(dl);
@@ -82,7 +83,7 @@ inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
         // have dropped this connection to make room among a stranger's (accept_ready). Dial
         // again; a peer that is gone refuses the next connection.
         if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + backoff >= dl) throw;
-        rejected_.warn(log_, "dialing " + who + ": the connection was closed during the handshake; dialing again");
+        admitting_.rejected().warn(log_, "dialing " + who + ": the connection was closed during the handshake; dialing again");
         std::this_thread::sleep_for(backoff);
       }
     }
@@ -110,7 +111,7 @@ inline bool host_mesh::good_hello(const hello& h) const {
 
 // Takes every connection waiting on the listener now, without blocking: each is admitted as its
 // bytes arrive, by the waits' poll loop (`admit_some`), so that a stranger that connects and stays
-// silent costs this rank nothing but a descriptor, for `admit_limit` at most.
+// silent costs this rank nothing but a descriptor, for `admission::limit` at most.
 inline void host_mesh::accept_ready(deadline) {
   if (!acc_.is_open()) return;
   for (;;) {
@@ -126,68 +127,47 @@ inline void host_mesh::accept_ready(deadline) {
     tune(*s);
     asio::error_code ig;
     std::string from = s->remote_endpoint(ig).address().to_string();
-    if (admitting_.size() >= max_admitting) {
-      // A flood: the oldest connection that has sent nothing makes room, else the oldest. A rank
-      // of this job says its hello at once, so a silent flood cannot push it out, and a dial
-      // pushed out by a busier one tries again.
-      auto victim = std::find_if(admitting_.begin(), admitting_.end(), [](const admitting& a) { return a.in.empty() && !a.challenged && a.hs; });
-      if (victim == admitting_.end()) victim = admitting_.begin();
-      rejected_.warn(log_, "dropped a connection from " + victim->from + ": the oldest of " + std::to_string(max_admitting) +
-                    " connections in the handshake, to make room for a new one");
-      admitting_.erase(victim);
-    }
-    admitting_.push_back({std::move(s), std::make_unique<bootstrap::auth::server_handshake>(key_), {}, false,
-                          std::chrono::steady_clock::now() + admit_limit, std::move(from)});
+    admitting_.take(std::move(s), key_, std::move(from), log_);
   }
 }
 
-// Moves every connection being admitted on by what it has sent, and drops those whose time is up.
-// It reads exactly what the step it is at needs (the hello, the proof, then this job's hello):
-// the dialer may send its first frames right behind, and those belong to the link.
+// Moves every connection being admitted on by what it has sent (admission.hpp); one whose hello
+// names a rank of this job above this one with no connection yet becomes that peer's.
 inline void host_mesh::admit_some() {
-  const auto now = std::chrono::steady_clock::now();
-  for (std::size_t k = 0; k < admitting_.size();) {
-    admitting& a = admitting_[k];
-    const int fd = a.s->native_handle();
-    std::string why;
-    bool done = false;
-    while (why.empty() && !done) {
-      const std::size_t want = a.hs ? (a.challenged ? bootstrap::auth::mac_bytes : bootstrap::auth::hello_bytes) : sizeof(hello);
-      char buf[64];
-      const ssize_t r = ::recv(fd, buf, want - a.in.size(), MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) why = "closed during the handshake";
-      if (r <= 0) break;
-      a.in.append(buf, static_cast<std::size_t>(r));
-      if (a.in.size() < want) continue;
-      if (a.hs) {
-        std::string out;
-        const auto st = a.hs->feed(a.in, out);
-        if (!out.empty()) {
-          a.challenged = true;
-          if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(out.size())) why = "could not be answered";
-        }
-        if (st == bootstrap::auth::server_handshake::state::failed) why = a.hs->why();
-        if (st == bootstrap::auth::server_handshake::state::done) a.hs.reset();
-        continue;
+  admitting_.advance(log_, [this](const hello& h, detail::net::tcp_socket& s) {
+    if (!good_hello(h)) return false;
+    peers_[static_cast<std::size_t>(h.rank)].tcp().attach(s.release());  // the TCP link owns the socket from here
+    ++connected_;
+    return true;
+  });
+}
+
+// What a wait on descriptors watches for peers not connected yet, which may dial this rank at any
+// time: the listener and the connections being admitted. A wait that depends on such a dial (a
+// read from, or sends queued for, a peer not connected) also asks the store whether a rank was lost.
+inline void host_mesh::watch_dialers(waiter::poll_set& ps, int in_peer) {
+  bool awaiting = in_peer >= 0 && unconnected(in_peer);
+  for (int p = 0; p < size_ && !awaiting; ++p) awaiting = !peers_[p].by_doorbell() && !peers_[p].q().empty() && unconnected(p);
+  if (awaiting) check_lost_while_unconnected();
+  if (!may_be_dialed()) return;
+  if (acc_.is_open()) ps.add(acc_.native_handle(), POLLIN, listener_slot);
+  admitting_.watch(ps, admit_slot);
+}
+
+// After a wait: takes the dials the poll saw (`ps`; null: none seen, only the time limits of the
+// connections being admitted are applied).
+inline void host_mesh::serve_dialers(const waiter::poll_set* ps, deadline dl) {
+  bool admit = ps == nullptr;
+  if (ps)
+    for (std::size_t i = 0; i < ps->size(); ++i) {
+      if (ps->idx[i] == listener_slot) {
+        if (ps->fds[i].revents & POLLIN) accept_ready(dl);
+        admit = true;
+      } else if (ps->idx[i] == admit_slot) {
+        admit |= ps->fds[i].revents != 0;
       }
-      hello h;
-      std::memcpy(&h, a.in.data(), sizeof h);
-      if (!good_hello(h)) {
-        why = "not a rank of this job (bad hello)";
-        break;
-      }
-      peers_[static_cast<std::size_t>(h.rank)].tcp().attach(a.s->release());  // the TCP link owns the socket from here
-      ++connected_;
-      done = true;
     }
-    if (why.empty() && !done && now >= a.until) why = "did not complete the handshake within " + std::to_string(admit_limit.count()) + " s";
-    if (!why.empty()) rejected_.warn(log_, "rejected a connection from " + a.from + ": " + why);
-    if (done || !why.empty()) {
-      admitting_.erase(admitting_.begin() + static_cast<std::ptrdiff_t>(k));
-      continue;
-    }
-    ++k;
-  }
+  if (admit && !admitting_.empty()) admit_some();
 }
 
 // Makes sure `peer`'s TCP link is connected before data moves on it: dials a lower rank, waits

@@ -39,10 +39,7 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
     post(ck, nullptr, 0);
   }
   // Shared mode: a thread blocked in poll(2) does not watch this socket yet; wake it.
-  if (!l.by_doorbell() && pollers_ > 0 && !l.q.empty() && wake_fd_ >= 0) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
-  }
+  if (!l.by_doorbell() && !l.q.empty()) waiter_.wake_pollers();
 }
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
@@ -157,7 +154,7 @@ inline long host_mesh::claim_read(int peer, message_id id, deadline dl) {
       return -1;
     }
     // Another thread reads this peer's stream; it sets a frame of ours aside if it meets one.
-    if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
+    if (fs_.aborted()) fail(errc::aborted, "");
     check_usable();
     if (std::chrono::steady_clock::now() >= dl) timed_out(peer, id);
     cv_.wait_for(*my_lock(), std::chrono::milliseconds(50));

@@ -15,15 +15,7 @@ namespace gsync::transport {
 /// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
 /// reporting the abort. Idempotent.
 inline void host_mesh::abort(const std::string& why) noexcept {
-  {
-    std::lock_guard lk(abort_m_);
-    if (aborted_.load(std::memory_order_relaxed)) return;
-    try {
-      abort_msg_ = why;
-    } catch (...) {
-    }
-    aborted_.store(true, std::memory_order_release);
-  }
+  if (!fs_.start_abort(why)) return;
   try {
     // The reason goes to the store before the peers are woken below, so that they report it:
     // 3 s for a fresh connection (1 s was too short on a loaded machine under a sanitizer: the
@@ -34,7 +26,7 @@ inline void host_mesh::abort(const std::string& why) noexcept {
   } catch (...) {
     // best effort: the peers will see the connections close and report a lost rank instead
   }
-  abort_recorded_.store(true, std::memory_order_release);
+  fs_.abort_recorded();
   for (auto& p : peers_) p.tcp().shutdown();
   if (doorbell_owner* own = bell_owner()) own->mark_failed(static_cast<std::uint32_t>(rank_ + 1));
   wake_waits();
@@ -43,10 +35,7 @@ inline void host_mesh::abort(const std::string& why) noexcept {
 // Wakes this rank's thread waiting in poll(2) (the wake-up eventfd) or on its doorbell.
 // Thread-safe: abort() and the heartbeat's thread call it.
 inline void host_mesh::wake_waits() noexcept {
-  if (wake_fd_ >= 0) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto w = ::write(wake_fd_, &one, sizeof one);
-  }
+  waiter_.wake();
   if (doorbell_owner* own = bell_owner()) {
     own->bell().sleepers.fetch_add(1, std::memory_order_relaxed);  // force the wake-up of our own sleepers
     shm::notify(own->bell());
@@ -55,65 +44,23 @@ inline void host_mesh::wake_waits() noexcept {
 }
 
 // The heartbeat's news (on its thread, transport/mesh/heartbeat.hpp). A peer that stopped
-// answering fails this rank's running wait at once and every later call (hb_alarm_); one that
+// answering fails this rank's running wait at once and every later call (the alarm); one that
 // left without a goodbye is only remembered: an operation that needs it meets the closed
 // connection, and health() reports it meanwhile.
 inline void host_mesh::on_heartbeat(const heartbeat::news& n) noexcept {
+  bool silent = n.silent;
   try {
-    {
-      std::lock_guard lk(hb_m_);
-      hb_dead_.insert(n.rank);
-      if (n.silent) hb_silent_.insert(n.rank);
-      if (n.silent && hb_lost_ < 0) hb_lost_ = n.rank, hb_lost_why_ = n.why;
-      if (!n.silent && hb_exited_ < 0) hb_exited_ = n.rank, hb_exited_why_ = n.why;
-    }
-    if (!n.silent) return;
-    log_.warn("rank " + std::to_string(rank_) + ": " + n.why);
+    silent = fs_.heard(n);
+    if (silent) log_.warn("rank " + std::to_string(rank_) + ": " + n.why);
   } catch (...) {
   }
-  if (!n.silent) return;
-  hb_alarm_.store(true, std::memory_order_release);
-  wake_waits();
+  if (silent) wake_waits();
 }
 
 // A wait or a call met the heartbeat's alarm: fail as a lost peer, naming it.
 [[noreturn]] inline void host_mesh::heartbeat_lost() {
-  int who;
-  std::string why;
-  {
-    std::lock_guard lk(hb_m_);
-    who = hb_lost_;
-    why = hb_lost_why_;
-  }
+  const auto [who, why] = fs_.first_silent();
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + why + (cur_op_ ? " (this rank was in " + gsync::detail::op_label(cur_op_) + ")" : std::string()), who);
-}
-
-inline health_report host_mesh::health() const noexcept {
-  health_report h;
-  try {
-    if (broken_.load(std::memory_order_acquire)) {
-      h.kind = broken_kind_;
-      h.lost_rank = broken_lost_;
-      h.message = broken_msg_;
-      return h;
-    }
-    if (aborted_.load(std::memory_order_acquire)) {
-      std::lock_guard lk(abort_m_);
-      h.kind = errc::aborted;
-      h.message = abort_msg_;
-      return h;
-    }
-    std::lock_guard lk(hb_m_);
-    if (hb_lost_ >= 0 || hb_exited_ >= 0) {
-      const bool silent = hb_lost_ >= 0;
-      h.kind = errc::peer_lost;
-      h.lost_rank = silent ? hb_lost_ : hb_exited_;
-      h.message = "rank " + std::to_string(rank_) + ": " + (silent ? hb_lost_why_ : hb_exited_why_);
-    }
-  } catch (...) {
-    if (h.ok()) h.kind = errc::system;
-  }
-  return h;
 }
 
 [[gnu::cold, gnu::noinline]] inline void host_mesh::bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
@@ -137,7 +84,7 @@ inline health_report host_mesh::health() const noexcept {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     take_payload(peer, data_link(peer), reinterpret_cast<std::byte*>(why.data()) + at, len - at, 1, nullptr, d, id);
   } catch (const error&) {
-    if (broken_) throw;
+    if (fs_.broken()) throw;
     why += " [cut short]";
   }
   why = gsync::detail::unrelayed(peer, std::move(why));
@@ -229,7 +176,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   // Operation numbers of other communicators than the world cannot be compared with the
   // record's: such a wait meets the peer's loss when it next needs the peer.
   if (is_p2p_tag(id.tag) || id.seq == 0 || id.fp.comm != 0) return;
-  if (hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();  // the root cause, and the store may be frozen with it
+  if (fs_.alarm()) heartbeat_lost();  // the root cause, and the store may be frozen with it
   try {
     const deadline d = failure_lookup_deadline();
     if (!store_->check(failed_key(peer), d)) return;
@@ -247,8 +194,8 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 [[noreturn]] inline void host_mesh::lost(int peer, const std::string& msg, int culprit) {
   // A peer the heartbeat found silent is the root cause of what follows (and when it is rank 0,
   // the store is frozen with it: no lookups).
-  if (!broken_ && !aborted_.load(std::memory_order_acquire) && hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();
-  if (!broken_ && !aborted_.load(std::memory_order_acquire)) {
+  if (!fs_.broken() && !fs_.aborted() && fs_.alarm()) heartbeat_lost();
+  if (!fs_.broken() && !fs_.aborted()) {
     try {
       const deadline d = failure_lookup_deadline();
       if (store_->check(failed_key(peer), d)) {
@@ -264,7 +211,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
       // connections close), it vanished: it is the rank lost, unless the caller knows an earlier one.
       if (culprit < 0) culprit = peer;
     } catch (const error&) {
-      if (broken_) throw;  // the fail() above
+      if (fs_.broken()) throw;  // the fail() above
       if (peer == 0 && culprit < 0) culprit = 0;  // it served the store, which is gone with it
       if (rank_ != 0 && peer != 0)  // the store, served by rank 0, is gone too: say so, it is likely the cause
         fail(errc::peer_lost, msg + "; the store (served by rank 0) cannot be reached either: rank 0 has probably died first", 0);
@@ -278,35 +225,23 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 // abort() every failure is reported as the abort. A mismatch or an abort is recorded in the
 // store before the connections close (see file comment).
 [[noreturn]] inline void host_mesh::fail(errc kind, const std::string& msg_in, int lost) {
-  if (lost >= 0 && lost < size_ && lost != rank_) dead_.insert(lost);  // for a shrink (shrink.ipp)
+  if (lost >= 0 && lost < size_ && lost != rank_) fs_.saw_dead(lost);  // for a shrink (shrink.ipp)
   std::string msg = msg_in;
-  if (aborted_.load(std::memory_order_acquire) && kind != errc::aborted) kind = errc::aborted, msg.clear();
-  if (kind == errc::aborted && msg.empty()) {
-    std::lock_guard lk(abort_m_);
-    msg = abort_msg_;
-  }
+  if (fs_.aborted() && kind != errc::aborted) kind = errc::aborted, msg.clear();
+  if (kind == errc::aborted && msg.empty()) msg = fs_.abort_reason();
   // Already broken (shared mode: another thread's communicator failed first, and what this
   // thread saw, such as a reset connection, follows from it): report the first cause.
-  if (broken_.load(std::memory_order_acquire)) throw error(broken_kind_, broken_msg_);
+  if (fs_.broken()) throw error(fs_.broken_kind(), fs_.broken_msg());
   {
-    // A wait that saw aborted_ fails here while abort() may still be writing the reason to the
-    // store (a fresh connection: milliseconds, seconds on a loaded machine). Closing the
-    // connections or raising `failed` now would let the peers look for the record too early and
-    // report a lost rank without the reason, so wait for abort() to get that far (its store
-    // deadline is 3 s).
-    if (kind == errc::aborted && aborted_.load(std::memory_order_acquire)) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
-      while (!abort_recorded_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    broken_kind_ = kind;
-    broken_msg_ = msg;
-    broken_lost_ = lost;
-    broken_.store(true, std::memory_order_release);
+    // Closing the connections before abort() has recorded its reason in the store (a fresh
+    // connection: milliseconds, seconds on a loaded machine; its deadline is 3 s) would let the
+    // peers report a lost rank without the reason.
+    if (kind == errc::aborted && fs_.aborted()) fs_.wait_abort_recorded(std::chrono::seconds(4));
+    fs_.set_broken(kind, msg, lost);
     // abort() recorded its own. The store lives in rank 0's process: when rank 0 is the rank lost
     // (killed, or stopped: then a request would wait its whole deadline), nobody can read a record.
-    const bool store_lost = store_silent() || (kind == errc::peer_lost && lost == 0);
-    if ((kind != errc::aborted || !aborted_.load(std::memory_order_acquire)) && !store_lost) {
+    const bool store_lost = fs_.store_silent() || (kind == errc::peer_lost && lost == 0);
+    if ((kind != errc::aborted || !fs_.aborted()) && !store_lost) {
       try {
         const deadline d = failure_lookup_deadline();
         store_->set(failed_key(rank_) + "/op", std::to_string(cur_op_), d);  // before the record: readers see both
@@ -341,14 +276,22 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
   throw error(kind, msg);
 }
 
+// A wait found the endpoint ended meanwhile (an abort, another thread's failure in shared mode,
+// the heartbeat's alarm): fail with the cause.
+[[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::failed_meanwhile() {
+  if (fs_.aborted()) fail(errc::aborted, "");
+  if (fs_.broken()) unusable();
+  heartbeat_lost();
+}
+
 [[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::bad_peer(int peer) const {
   throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": invalid peer rank " + std::to_string(peer));
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void host_mesh::unusable() {
-  if (!broken_ && !aborted_.load(std::memory_order_acquire) && hb_alarm_.load(std::memory_order_acquire)) heartbeat_lost();
-  if (!broken_) fail(errc::aborted, "");
-  throw error(broken_kind_, "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + broken_msg_);
+  if (!fs_.broken() && !fs_.aborted() && fs_.alarm()) heartbeat_lost();
+  if (!fs_.broken()) fail(errc::aborted, "");
+  throw error(fs_.broken_kind(), "rank " + std::to_string(rank_) + ": communicator unusable after an earlier error: " + fs_.broken_msg());
 }
 
 }  // namespace gsync::transport

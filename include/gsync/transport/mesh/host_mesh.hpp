@@ -4,75 +4,15 @@
 /// other rank). Internal: users name `transport::tcp` (transport/tcp.hpp); this header and the
 /// files beside it are compiled where the set-up code is (header-only: through transport/tcp.hpp;
 /// GSYNC_SEPARATE_COMPILATION: in src/gsync.cpp only). Its member functions live by concern in
-/// setup.ipp, data_path.ipp, link_path.ipp, progress.ipp, diagnostics.ipp and failure.ipp.
+/// setup.ipp, setup_steps.ipp, connect.ipp, data_path.ipp, link_path.ipp, progress.ipp, diagnostics.ipp and failure.ipp.
 ///
-/// A mesh of per-peer links (transport/links/, the `link` concept of core/concepts.hpp). Every
-/// peer has a TCP link (`tcp_link`, one connection per pair of ranks, made at start-up or when the
-/// pair is first used (connect.ipp), then driven non-blocking by a small poll(2) progress loop):
-/// the mesh's own connection, for the hello, failure notices and liveness. Which link carries a
-/// pair's data is picked at set-up, per peer, as the first type of the mesh's list (the `link_kit`
-/// it is given; `link_list<shm_link, tcp_link>` for `transport::tcp`) whose endpoint connects the
-/// pair, and the peer holds a port on that link (transport/links/link_port.hpp): shared memory for a
-/// same-host peer whose segment both ranks mapped, TCP otherwise. The links move bytes; the mesh
-/// routes each call to the peer's data link (data_path.ipp, link_path.ipp), waits on them by the
-/// kind their traits name (`link_wait`: poll(2) on descriptors, the rank's doorbell for links in
-/// shared memory; progress.ipp), and runs the failure protocol and the diagnostics across them.
-///
-/// Setup (non-templated, runs once): rank 0 starts the store server; every rank listens on an
-/// ephemeral port of its chosen address, publishes its record (bootstrap/rank_record.hpp: address,
-/// kernel, host) under `gsync/rank/R`, reads every rank's in one store call, sets up the shared
-/// memory rings, then connects the pairs that connect at start-up (connect.ipp: all of them with
-/// GSYNC_LAZY_CONNECT=0, else only same-host pairs over shared memory): the higher rank dials,
-/// sending a hello frame naming itself and the job's nonce, the lower accepts and checks the hello
-/// (a connection from another job or with garbage is closed, logged, and the rank goes on). Other
-/// pairs connect the same way when a schedule first needs them. Before the hello, both ends of every connection (and of every store
-/// connection) run the job-key handshake of bootstrap/auth.hpp (GSYNC_JOB_KEY). Sockets get TCP_NODELAY, 4 MiB kernel buffers and CUBIC congestion
-/// control (GSYNC_TCP_CONGESTION): BBR's pacing runs far below what loopback and short links carry
-/// (benchmarks/results/spin_yield.md).
-/// When the ranks span several hosts, set-up ends by timing the links between them
-/// (transport/link_probe.hpp, recorded in `topo().links()` for the automatic algorithm choice).
-///
-/// Data path: `post_send` appends (header, pointer, length) to the peer's queue and writes what
-/// the kernel takes at once; the rest is written whenever a blocking call waits. A blocking call
-/// polls the socket it reads from plus every socket with queued bytes, so sends to one neighbour
-/// progress while receiving from another (the ring's full-duplex overlap). Payloads go straight
-/// from/to the caller's memory; only `recv_stream` reads through one bounded staging buffer
-/// (256 KiB per communicator) so that a reduction can consume pieces while they are cache-hot.
-///
-/// Same-host peers (equal bootstrap::host_id(), see bootstrap/host_id.hpp) exchange data through
-/// shared memory instead (transport/shm.hpp): each rank creates one segment holding a ring per
-/// local peer for its inbound traffic; `post_send` copies into the receiver's ring, `recv` copies
-/// out of it, and `recv_stream` hands the reduction pieces of the ring itself, so a reduce reads
-/// the peer's data where the peer put it (one copy in, the reduction reads it once). A wait that
-/// involves only shared-memory peers spins briefly, then sleeps on the rank's futex doorbell; a
-/// wait that also involves sockets polls them with a 1 ms timeout and re-checks the rings. The TCP
-/// connection to a same-host peer stays open, carrying no data, as its liveness signal: a peer that
-/// dies closes it, and a waiting rank checks it (and the peer's `failed` flag) at least every
-/// 100 ms. `GSYNC_SHM_DISABLE=1` keeps every peer on TCP; `GSYNC_SHM_BYTES` sizes the rings.
-///
-/// Failure: any error (peer closed, timeout, mismatch) shuts every connection of this rank down
-/// (and raises its shared-memory `failed` flag), so neighbours blocked on it fail promptly too
-/// instead of waiting for their own timeouts, and the transport refuses further use. Before the
-/// connections close, the failing rank records its error in the store (`gsync/failed/R`: kind and
-/// message, `gsync/failed/R/op`: the collective it was in) and writes a notice frame (kind, text,
-/// first rank lost) to every peer whose stream is at a message boundary; a rank that then sees
-/// the connection close reads the notice or looks the record up and fails with the same kind and
-/// words, so every rank of a mismatched call reports the mismatch (both calls spelled out) and
-/// every survivor of a killed rank names it, not the neighbour that failed after it.
-/// `abort(reason)` may come from any thread: it records the abort through a store connection of
-/// its own, then shuts the sockets down and rings the doorbells, which wakes this rank's wait.
-///
-/// Sharing: communicators split from the job's (`transport::tcp::split`) are views of this one
-/// endpoint; each stamps its identity on its frames (`fingerprint::comm`). From the first split
-/// on (`share()`), every call holds the endpoint's lock except while it waits or a reduction
-/// consumes a piece, one thread at a time reads a peer's stream, and a reader that meets a frame
-/// of another communicator copies it aside whole into the peer's inbox, where its owner takes it
-/// first (per peer and communicator, the order of the stream is kept). A failure breaks the
-/// endpoint, so every view of it.
-///
-/// Timeouts name the call (kind, arguments, bytes), how long it waited, for which peers, and,
-/// from the store's progress records (which a waiting rank publishes after half its timeout or
-/// half of GSYNC_STALL_WARN_S), which ranks had not reached the operation.
+/// A mesh of per-peer links: every peer has the mesh's own TCP connection (hello, failure notices,
+/// liveness) and a port on the first link type of the list whose endpoint connects the pair
+/// (shared memory inside a host, TCP otherwise, for `transport::tcp`). The links move bytes; the
+/// mesh routes each call to the peer's data link, waits on the links (waiter.hpp, progress.ipp), and
+/// runs the failure protocol (failure_state.hpp, failure.ipp), the stall monitor and the diagnostics
+/// across them. docs/architecture.md ("The host mesh at work") describes set-up, the data path,
+/// same-host peers, failures, sharing and timeouts.
 
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -124,11 +64,15 @@
 #include "gsync/transport/links/link_port.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
+#include "gsync/transport/mesh/admission.hpp"
 #include "gsync/transport/mesh/call_lock.hpp"
+#include "gsync/transport/mesh/failure_state.hpp"
 #include "gsync/transport/mesh/heartbeat.hpp"
+#include "gsync/transport/mesh/peer_conn.hpp"
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/mesh/stall_monitor.hpp"
+#include "gsync/transport/mesh/waiter.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/core/host_options.hpp"
 
@@ -166,13 +110,14 @@ class host_mesh {
   bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
   /// arrived: lost wake-ups, which cost a sleep's length each (at most 100 ms). Should stay 0.
-  std::uint64_t shm_late_wakeups() const noexcept { return shm_late_wakeups_; }
+  std::uint64_t shm_late_wakeups() const noexcept { return waiter_.late_wakeups(); }
   /// Bytes this rank has read so far from shared-memory peer `peer`'s ring (0 for other peers).
   std::uint64_t shm_read_position(int peer) const noexcept {
     const shm_link* l = peer >= 0 && peer < size_ && peer != rank_ ? peers_[static_cast<std::size_t>(peer)].data->as<shm_link>() : nullptr;
     return l ? l->read_position() : 0;
   }
   bootstrap::store_client& store() { return *store_; }         ///< the job's rendezvous store
+  void measure_links(deadline dl);  ///< times the links between hosts (setup.ipp); collective
   /// The endpoint over the ranks still alive, after a failure (shrink.ipp); collective over them.
   /// `group`: the ranks of the communicator shrunk, in its order (empty: the job's world);
   /// `comm`: its identity (fingerprint::comm).
@@ -180,7 +125,7 @@ class host_mesh {
                                     const std::vector<int>& group = {}, std::uint64_t comm = 0);
   void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
   /// What this rank knows of failures, without blocking, from any thread (failure.ipp).
-  health_report health() const noexcept;
+  health_report health() const noexcept { return fs_.health(rank_); }
 
   /// Payload bytes handed to post_send so far (frame headers not counted): what this rank sent,
   /// counted, for reports such as the gradient layer's bytes on the wire (`counting_transport`).
@@ -200,7 +145,7 @@ class host_mesh {
   /// From now on several communicators share this endpoint (`transport::tcp::split`), possibly
   /// from several threads: every call then takes the endpoint's lock (see `call_lock`).
   void share() noexcept {
-    if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: polls fall back to their 10 ms cap
+    waiter_.open_wake();  // if it cannot, polls fall back to their 10 ms cap
     multi_.store(true, std::memory_order_release);
   }
   /// Drops the frames set aside for communicator `comm` (it was destroyed).
@@ -219,26 +164,8 @@ class host_mesh {
   }
 
  private:
-  // A frame of another communicator than the reader's, set aside whole for its owner.
-  struct stashed {
-    frame_header h;
-    std::vector<std::byte> data;
-  };
-  // One peer: the mesh's own TCP connection to it, and the link that carries its data (a port
-  // on the connection itself, or on a link of another type that the port owns). When another
-  // link carries the data, the TCP connection stays open, silent, as the liveness signal (see
-  // file comment). Placed once in peers_ (never moved: the port may point at `ctl`).
-  struct peer_conn {
-    tcp_link ctl;                      // the mesh's own connection
-    std::unique_ptr<link_port> data;   // the data link
-    bool on_ctl = true;                // the data goes over `ctl`
-    std::deque<stashed> inbox;  // whole frames of other communicators read off the link (shared mode)
-    bool reading = false;              // a thread is reading a frame off the link (shared mode)
-    tcp_link& tcp() noexcept { return ctl; }
-    const tcp_link& tcp() const noexcept { return ctl; }
-    bool by_doorbell() const noexcept { return data->wait == link_wait::doorbell; }
-    std::deque<send_op>& q() noexcept { return data->q; }  // the data link's queue
-  };
+  using stashed = stashed_frame;  // peer_conn.hpp
+  using peer_conn = mesh_peer;
   // Shared mode: the endpoint's lock (transport/mesh/call_lock.hpp); one thread at a time reads
   // a peer's stream (peer_conn::reading) and sets frames of other communicators aside in the
   // peer's inbox, whole, for their owners (cv_ tells them).
@@ -266,10 +193,10 @@ class host_mesh {
   void relax() noexcept {
     if (std::unique_lock<std::mutex>* l = my_lock()) {
       l->unlock();
-      cpu_relax();
+      waiter::cpu_relax();
       l->lock();
     } else {
-      cpu_relax();
+      waiter::cpu_relax();
     }
   }
   // Shared mode: waits until this thread may read `peer`'s stream; returns the index in the
@@ -291,20 +218,19 @@ class host_mesh {
   void take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver);
   void set_aside(int peer, link_port& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
   std::size_t queued_of(std::uint64_t comm);
-  static constexpr int listener_slot = -2;  // poll_set::idx of the listener (-1: the wake-up eventfd)
-  static constexpr int admit_slot = -3;     // poll_set::idx of a connection being admitted
-  struct poll_set {
-    std::vector<pollfd> fds;
-    std::vector<int> idx;
-  };
-  static poll_set& polls() noexcept {  // per thread: waits of several threads may overlap
-    static thread_local poll_set p;
-    return p;
-  }
+  static constexpr int listener_slot = -2;  // waiter::poll_set::idx of the listener (-1: the wake-up eventfd)
+  static constexpr int admit_slot = -3;     // waiter::poll_set::idx of a connection being admitted
 
   using hello = records::hello;  // the data connection's (records.hpp)
 
-  // Set-up (setup.ipp).
+  // Set-up (setup.ipp; its steps: setup_steps.ipp).
+  void join_store(const bootstrap::launch_info& li, deadline dl, rejoin* rj);
+  void start_heartbeat(const asio::ip::address& me);
+  void exchange_records(const bootstrap::launch_info& li, deadline dl, rejoin* rj);
+  void connect_peers(deadline dl);
+  void settle_settings();
+  void finish(deadline dl, rejoin* rj);
+  [[noreturn]] void failed_setup(const error& raised, rejoin* rj);
   void listen(const asio::ip::address& addr);
   void open_recovery_listener(const asio::ip::address& addr);
   std::uint16_t recovery_port() const;
@@ -315,18 +241,9 @@ class host_mesh {
   void dial(int peer, deadline dl, bool at_start);
   void accept_ready(deadline dl);
   void admit_some();
+  void watch_dialers(waiter::poll_set& ps, int in_peer);
+  void serve_dialers(const waiter::poll_set* ps, deadline dl);
   bool good_hello(const hello& h) const;
-  // A connection accepted during an operation, admitted as its bytes arrive (connect.ipp).
-  struct admitting {
-    std::unique_ptr<detail::net::tcp_socket> s;
-    std::unique_ptr<bootstrap::auth::server_handshake> hs;  // until the dialer has proved the key
-    std::string in;                                          // bytes of the step under way
-    bool challenged = false;                                 // the handshake's hello was answered
-    std::chrono::steady_clock::time_point until;             // dropped then, if not through
-    std::string from;
-  };
-  static constexpr auto admit_limit = std::chrono::seconds(5);  // a stranger's connection, at most
-  static constexpr std::size_t max_admitting = 64;             // connections being admitted at once
   void ensure_connected(int peer, deadline dl, message_id id);
   void check_lost_while_unconnected();
   // True while a peer not connected yet may still dial this rank: waits watch the listener.
@@ -376,6 +293,9 @@ class host_mesh {
 
   // Waiting (progress.ipp).
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
+  void checkpoint(int in_peer, message_id id, deadline dl);
+  void watch_links(waiter::poll_set& ps, int in_peer);
+  void watch_closes(waiter::poll_set& ps, int in_peer);
   void bell_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
   void watch_idle_sockets(message_id id);
   // A peer whose TCP connection is watched for a close while nothing is expected from it: its
@@ -408,19 +328,13 @@ class host_mesh {
   // Failure protocol (failure.ipp).
   void on_heartbeat(const heartbeat::news& n) noexcept;
   [[noreturn]] void heartbeat_lost();
+  [[noreturn]] void failed_meanwhile();
   void wake_waits() noexcept;
   // The deadline of a store request on a failure path (a peer's failure record, this rank's):
   // a tenth of the liveness time, within 250 ms and 1 s. Rank 0, which serves the store, may be the rank
   // that stopped, before the heartbeat has said so: such a request then only waits.
   deadline failure_lookup_deadline() const {
     return std::chrono::steady_clock::now() + std::clamp(liveness() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(1000));
-  }
-  // True when the heartbeat found rank 0, which serves the store, silent: the store is frozen
-  // with it, and a request would only wait for its deadline.
-  bool store_silent() const {
-    if (!hb_alarm_.load(std::memory_order_acquire)) return false;
-    std::lock_guard lk(hb_m_);
-    return hb_silent_.count(0) > 0;
   }
   void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
   [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
@@ -432,13 +346,6 @@ class host_mesh {
   [[noreturn]] void bad_peer(int peer) const;
   [[noreturn]] void unusable();
 
-  static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  }
 
   // Checks a received header; `have` holds the `got` bytes that followed it (TCP), so that a
   // failure notice can be read out.
@@ -453,8 +360,7 @@ class host_mesh {
     if (peer < 0 || peer >= size_ || peer == rank_) [[unlikely]] bad_peer(peer);
   }
   void check_usable() {
-    if (broken_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire) || hb_alarm_.load(std::memory_order_acquire))
-        [[unlikely]] unusable();
+    if (fs_.any()) [[unlikely]] unusable();
   }
   static std::string failed_key(int r) { return "gsync/failed/" + std::to_string(r); }
   static std::string failure_record(errc kind, const std::string& msg) { return records::failure_record(kind, msg); }
@@ -468,8 +374,7 @@ class host_mesh {
   host_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;
   detail::net::tcp_acceptor acc_;
-  std::vector<admitting> admitting_;  // after io_: its sockets must go before the io_context
-  flood_log rejected_{"connections refused or dropped"};  // logged at a bounded rate
+  admission admitting_;  // accepted connections not admitted yet (admission.hpp); after io_: its sockets go first
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
@@ -485,7 +390,6 @@ class host_mesh {
   std::string name_ = "tcp";
   link_costs local_costs_ = link_traits<tcp_link>::costs;
   int local_size_ = 1;
-  std::uint64_t shm_late_wakeups_ = 0;  // see shm_late_wakeups()
   int machine_ranks_ = 1;     // ranks on this kernel (same bootstrap::kernel_id()), whatever their host identity
   bool cores_shared_ = false; // this machine runs more ranks than it has cores (exchange_hosts)
   std::uint64_t cur_op_ = 0;  // the collective this rank is in (or was last in), for failure records
@@ -495,33 +399,16 @@ class host_mesh {
   std::vector<int> bell_peers_;          // peers whose data link is waited for by doorbell
   static constexpr auto store_linger = std::chrono::seconds(10);  // longest wait of rank 0 for the others at exit
   static constexpr std::uint32_t shm_left = 0x80000000u;  // `failed` word: the rank left normally
-  std::atomic<bool> broken_{false};  // set last by fail(), after kind and message (read unlocked)
-  errc broken_kind_ = errc::system;
-  std::string broken_msg_;
+  failure_state fs_;          // what this rank knows of failures (failure_state.hpp)
   std::string notice_text_;  // the failure notice's text (send_notices), alive while rings hold it
-  std::set<int> dead_;       // ranks this rank has seen die (failure.ipp), for a shrink
-  int broken_lost_ = -1;     // the rank lost first, as fail() was told (for health())
   // Liveness (transport/mesh/heartbeat.hpp): the heartbeat's thread reports through
-  // on_heartbeat; a silent peer raises hb_alarm_, which every wait and call checks.
+  // on_heartbeat; a silent peer raises the alarm in fs_, which every wait and call checks.
   std::unique_ptr<heartbeat> hb_;
-  mutable std::mutex hb_m_;           // guards the six below
-  int hb_lost_ = -1;                  // the first rank reported silent
-  std::string hb_lost_why_;
-  int hb_exited_ = -1;                // the first rank reported gone without a goodbye
-  std::string hb_exited_why_;
-  std::set<int> hb_dead_;             // every rank the heartbeat reported, for a shrink
-  std::set<int> hb_silent_;           // of which those that stopped answering
-  std::atomic<bool> hb_alarm_{false};
   shrink_state rec_;         // the recovery listener (setup.ipp) and what shrinks keep (shrink.ipp)
   std::string master_addr_;  // the store's address, for abort()'s own connection
   std::uint16_t master_port_ = 0;
-  mutable std::mutex abort_m_;  // guards abort_msg_
-  std::atomic<bool> aborted_{false};
-  std::atomic<bool> abort_recorded_{false};  // abort() has tried to put its reason in the store (see fail)
-  std::string abort_msg_;
   std::atomic<bool> multi_{false};  // shared mode (share())
-  int wake_fd_ = -1;                // shared mode: an eventfd that wakes a thread blocked in poll(2) when another queues a send
-  int pollers_ = 0;                 // shared mode: threads blocked in poll(2) now (under mu_)
+  waiter waiter_;                   // how this rank's threads wait on descriptors (waiter.hpp)
   std::mutex mu_;                   // shared mode: the endpoint's state
   std::condition_variable cv_;      // shared mode: a stream's reader let go, or a frame was set aside
 };

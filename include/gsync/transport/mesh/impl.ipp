@@ -19,6 +19,7 @@
 #include "gsync/transport/mesh/link_path.ipp"
 #include "gsync/transport/mesh/progress.ipp"
 #include "gsync/transport/mesh/setup.ipp"
+#include "gsync/transport/mesh/setup_steps.ipp"
 #include "gsync/transport/mesh/shrink.ipp"
 #include "gsync/transport/tcp.hpp"
 
@@ -89,6 +90,10 @@ GSYNC_DECL std::uint64_t mesh_view::shm_read_position(int peer) const noexcept {
   return peer >= 0 && peer < size_ ? m_->shm_read_position(job_rank(peer)) : 0;
 }
 GSYNC_DECL bootstrap::store_client& mesh_view::store() { return m_->store(); }
+GSYNC_DECL void mesh_view::measure_links(std::chrono::milliseconds timeout) {
+  if (comm_ != 0) throw error(errc::invalid_argument, "tcp::measure_links: on the job's transport, not a split view");
+  m_->measure_links(std::chrono::steady_clock::now() + timeout);
+}
 GSYNC_DECL void mesh_view::abort(const std::string& why) noexcept { m_->abort(why); }
 GSYNC_DECL health_report mesh_view::health() const noexcept { return m_ ? m_->health() : health_report{}; }
 

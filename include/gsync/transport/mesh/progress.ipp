@@ -12,21 +12,13 @@ namespace gsync::transport {
 // Blocks until `in_peer` (if >= 0) has data, pumping every queue that can move. Descriptors
 // (sockets) are polled; doorbell links (shared-memory rings) are checked between polls. May return early
 // (the caller re-checks and calls again). `expect`: payload bytes still to come from in_peer
-// for the pending read, when known.
+// for the pending read, when known. What this wait watches besides the links is asked of those
+// who own it: failures and the stall monitor (checkpoint), dials of peers not connected yet
+// (watch_dialers / serve_dialers, connect.ipp), closes of idle peers (watch_closes).
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
-  if (aborted_.load(std::memory_order_acquire)) fail(errc::aborted, "");
-  if (broken_.load(std::memory_order_acquire)) [[unlikely]] unusable();  // another thread's call failed (shared mode)
-  if (hb_alarm_.load(std::memory_order_acquire)) [[unlikely]] heartbeat_lost();  // a peer stopped answering (heartbeat.hpp)
-  if (const auto v = stall_.look(in_peer, id, dl); v.now) {
-    if (v.mismatch) fail(errc::mismatch, *v.mismatch);
-    cross_check(in_peer, id, *v.now);
-  }
-  const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
+  checkpoint(in_peer, id, dl);
   if (bell_progress(in_peer)) return;
-  // Peers not connected yet may dial this rank at any time (connect.ipp): the listener is watched
-  // by every wait; one that depends on such a dial also asks the store whether a rank was lost.
-  const bool listening = may_be_dialed();
-  bool awaiting = in_peer >= 0 && unconnected(in_peer);
+  const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   const bool sock_in = in_peer >= 0 && !in_bell;
   const bool sock_out = queued_ > bell_queued_;
   const bool bell_wait = in_bell || bell_queued_ > 0;
@@ -44,85 +36,35 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     bell_block(in_peer, dl, id, /*max_sleep_ms=*/1, /*sockets=*/true);
     return;
   }
-  poll_set& ps = polls();  // (no structured binding: clang 14 cannot capture one in a lambda)
-  auto& pfds_ = ps.fds;
-  auto& pidx_ = ps.idx;
-  pfds_.clear();
-  pidx_.clear();
-  if (sock_in) {
-    pfds_.push_back({data_fd(in_peer), POLLIN, 0});
-    pidx_.push_back(in_peer);
-  }
-  for (int p = 0; p < size_; ++p)
-    if (!peers_[p].by_doorbell() && !peers_[p].q().empty()) {
-      if (unconnected(p)) awaiting = true;  // its frames wait for it to dial
-      else if (p == in_peer) pfds_[0].events |= POLLOUT;
-      else {
-        pfds_.push_back({data_fd(p), POLLOUT, 0});
-        pidx_.push_back(p);
-      }
-    }
-  if (awaiting) check_lost_while_unconnected();
-  if (listening) {
-    if (acc_.is_open()) {
-      pfds_.push_back({acc_.native_handle(), POLLIN, 0});
-      pidx_.push_back(listener_slot);
-    }
-    for (auto& a : admitting_) {  // connections being admitted (connect.ipp)
-      pfds_.push_back({a.s->native_handle(), POLLIN, 0});
-      pidx_.push_back(admit_slot);
-    }
-  }
+  waiter::poll_set& ps = waiter::thread_set();
+  ps.clear();
+  watch_links(ps, in_peer);
+  watch_dialers(ps, in_peer);
+  const auto unl = [this](auto&& f) { unlocked(f); };
+  const auto bell_came = [&] { return bell_wait && bell_progress(in_peer); };
+  bool ended = false;
   int r = 0;
-  if (opt_.spin_us > 0 || bell_wait) {  // short busy poll: a reply often comes within microseconds
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max(opt_.spin_us, bell_wait ? 20 : 0));
-    do {
-      unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), 0); });
-      if (r == 0 && bell_wait && bell_progress(in_peer)) return;
-    } while (r == 0 && std::chrono::steady_clock::now() < until);
-  }
-  if (r == 0 && sock_in && opt_.tcp_yield_us > 0 && expect <= opt_.tcp_yield_bytes) {
-    // A small message on its way: stay awake, giving the core to whoever runs (see host_options).
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.tcp_yield_us);
-    do {
-      unlocked([&] {
-        ::sched_yield();
-        r = ::poll(pfds_.data(), pfds_.size(), 0);
-      });
-      if (r == 0 && bell_wait && bell_progress(in_peer)) return;
-    } while (r == 0 && std::chrono::steady_clock::now() < until);
-  }
-  // While blocked, also watch every other TCP peer for a close: one that failed (a mismatch it
-  // detected, an abort, a timeout) left a record in the store, and this rank fails at once
-  // instead of waiting for a message that will never come. A peer that left normally has no
-  // record and is not watched again.
-  const std::size_t watch_from = pfds_.size();
-  if (r == 0)
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_ && p != in_peer && watchable(p)) {
-        pfds_.push_back({peers_[p].tcp().fd(), POLLRDHUP, 0});
-        pidx_.push_back(p);
-      }
-  // Block at most a second at a time, so that the stall monitor looks while an operation hangs.
-  // Shared mode: at most 10 ms at a time (another thread may queue sends meanwhile that this
-  // poll does not watch).
-  const bool shared = my_lock() != nullptr;
-  const int cap_ms = bell_wait ? 1 : shared ? 10 : 1000;
-  if (wake_fd_ >= 0) {  // shared mode: another thread queued sends; always: the heartbeat's alarm
-    pfds_.push_back({wake_fd_, POLLIN, 0});
-    pidx_.push_back(-1);
-  }
+  if (opt_.spin_us > 0 || bell_wait)  // short busy poll: a reply often comes within microseconds
+    r = waiter_.spin(ps, std::chrono::microseconds(std::max(opt_.spin_us, bell_wait ? 20 : 0)), false, unl, bell_came, ended);
+  if (ended) return;
+  if (r == 0 && sock_in && opt_.tcp_yield_us > 0 && expect <= opt_.tcp_yield_bytes)  // a small message on its way (see host_options)
+    r = waiter_.spin(ps, std::chrono::microseconds(opt_.tcp_yield_us), true, unl, bell_came, ended);
+  if (ended) return;
+  const std::size_t watch_from = ps.size();
   if (r == 0) {
-    if (shared) ++pollers_;
-    unlocked([&] { r = ::poll(pfds_.data(), pfds_.size(), std::min(cap_ms, detail::ms_left(dl))); });
-    if (shared) --pollers_;
+    watch_closes(ps, in_peer);
+    // At most a second at a time, so that the stall monitor looks while an operation hangs; shared
+    // mode: 10 ms (another thread may queue sends meanwhile that this poll does not watch).
+    const bool shared = my_lock() != nullptr;
+    const int cap_ms = bell_wait ? 1 : shared ? 10 : 1000;
+    r = waiter_.block(ps, std::min(cap_ms, detail::ms_left(dl)), shared, unl);
   }
   if (r < 0) {
     if (errno == EINTR) return;
     fail(errc::system, "poll: " + detail::errno_text(errno));
   }
   if (r == 0) {
-    if (!admitting_.empty()) admit_some();  // time limits
+    serve_dialers(nullptr, dl);  // their time limits
     if (bell_wait) {
       if (bell_progress(in_peer)) return;
       check_bell_peers(in_peer, id);
@@ -130,29 +72,50 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     if (std::chrono::steady_clock::now() < dl) return;
     timed_out(in_peer, id);
   }
-  bool admit = false;
-  for (std::size_t i = 0; i < pfds_.size(); ++i) {
-    if (pidx_[i] == listener_slot) {  // a peer dials
-      if (pfds_[i].revents & POLLIN) accept_ready(dl);
-      admit = true;
-      continue;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const int who = ps.idx[i];
+    const short ev = ps.fds[i].revents;
+    if (who == waiter::wake_slot) {
+      if (ev & POLLIN) waiter_.drain();
+    } else if (who < 0) {
+      continue;  // the dialers' (serve_dialers below)
+    } else if (i >= watch_from) {
+      if (ev & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(who, id);
+    } else if ((ev & (POLLOUT | POLLERR | POLLHUP)) && !peers_[who].q().empty()) {
+      pump_peer(who);
     }
-    if (pidx_[i] == admit_slot) {
-      admit |= pfds_[i].revents != 0;
-      continue;
-    }
-    if (pidx_[i] < 0) {  // the wake-up eventfd: drain it
-      std::uint64_t v;
-      if (pfds_[i].revents & POLLIN) [[maybe_unused]] const auto rd = ::read(wake_fd_, &v, sizeof v);
-      continue;
-    }
-    if (i >= watch_from) {
-      if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
-      continue;
-    }
-    if ((pfds_[i].revents & (POLLOUT | POLLERR | POLLHUP)) && !peers_[pidx_[i]].q().empty()) pump_peer(pidx_[i]);
   }
-  if (admit && !admitting_.empty()) admit_some();
+  serve_dialers(&ps, dl);
+}
+
+// The entry of every wait: a failure meanwhile (an abort, another thread's in shared mode, the
+// heartbeat's alarm) ends it; the stall monitor looks at how long it has waited.
+inline void host_mesh::checkpoint(int in_peer, message_id id, deadline dl) {
+  if (fs_.any()) [[unlikely]] failed_meanwhile();
+  if (const auto v = stall_.look(in_peer, id, dl); v.now) {
+    if (v.mismatch) fail(errc::mismatch, *v.mismatch);
+    cross_check(in_peer, id, *v.now);
+  }
+}
+
+// The links a wait on descriptors watches: in_peer's for its data, and every descriptor link with
+// queued sends for room.
+inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
+  if (in_peer >= 0) ps.add(data_fd(in_peer), POLLIN, in_peer);
+  for (int p = 0; p < size_; ++p)
+    if (!peers_[p].by_doorbell() && !peers_[p].q().empty() && !unconnected(p)) {  // unconnected: its frames wait for it to dial
+      if (p == in_peer) ps.fds[0].events |= POLLOUT;
+      else ps.add(data_fd(p), POLLOUT, p);
+    }
+}
+
+// While blocked, also watch every other TCP peer for a close: one that failed (a mismatch it
+// detected, an abort, a timeout) left a record in the store, and this rank fails at once
+// instead of waiting for a message that will never come. A peer that left normally has no
+// record and is not watched again.
+inline void host_mesh::watch_closes(waiter::poll_set& ps, int in_peer) {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && p != in_peer && watchable(p)) ps.add(peers_[p].tcp().fd(), POLLRDHUP, p);
 }
 
 // A wait that involves only doorbell peers: spin, then sleep on this rank's doorbell (at most
@@ -188,8 +151,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   doorbell_owner& own = *bell_owner();  // a doorbell peer implies this rank's segment
   auto& bell = own.bell();
   const std::uint32_t seen = shm::arm(bell, own.light());
-  if (bell_progress(in_peer) || aborted_.load(std::memory_order_acquire) || broken_.load(std::memory_order_acquire) ||
-      hb_alarm_.load(std::memory_order_acquire))
+  if (bell_progress(in_peer) || fs_.any())
     return shm::disarm(bell);
   // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
   // check after the timed sleep. Shared mode: at most 10 ms (another thread may queue sends).
@@ -199,7 +161,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   if (bell_progress(in_peer)) {
     // Progress after a full sleep during which nobody rang: a wake-up was lost (see shm.hpp),
     // or the data came in the few nanoseconds between the sleep's end and this check.
-    if (!rang && bell.bell.load(std::memory_order_relaxed) == seen) ++shm_late_wakeups_;
+    if (!rang && bell.bell.load(std::memory_order_relaxed) == seen) waiter_.late_wakeup();
     return;
   }
   check_bell_peers(in_peer, id);
@@ -207,7 +169,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   // A peer on another host may be dialing this rank (connect.ipp): taken after each sleep.
   if (may_be_dialed()) {
     accept_ready(dl);
-    if (!admitting_.empty()) admit_some();
+    serve_dialers(nullptr, dl);
   }
   if (std::chrono::steady_clock::now() >= dl) timed_out(in_peer, id);
 }
@@ -217,19 +179,12 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
 // other hosts queued calls it after each sleep, so a failed peer on another host is noticed
 // within a millisecond or so, not at the timeout.
 inline void host_mesh::watch_idle_sockets(message_id id) {
-  poll_set& ps = polls();  // (no structured binding: clang 14 cannot capture one in a lambda)
-  auto& pfds_ = ps.fds;
-  auto& pidx_ = ps.idx;
-  pfds_.clear();
-  pidx_.clear();
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_ && watchable(p)) {
-      pfds_.push_back({peers_[p].tcp().fd(), POLLRDHUP, 0});
-      pidx_.push_back(p);
-    }
-  if (pfds_.empty() || ::poll(pfds_.data(), pfds_.size(), 0) <= 0) return;
-  for (std::size_t i = 0; i < pfds_.size(); ++i)
-    if (pfds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(pidx_[i], id);
+  waiter::poll_set& ps = waiter::thread_set();
+  ps.clear();
+  watch_closes(ps, -1);
+  if (ps.size() == 0 || ::poll(ps.fds.data(), ps.size(), 0) <= 0) return;
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    if (ps.fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(ps.idx[i], id);
 }
 
 }  // namespace gsync::transport

@@ -2,12 +2,33 @@
 /// \file
 /// Set-up of the host mesh (runs once, out of the data path): the store, the job nonce and the
 /// ranks' set-up records, listening, the shared-memory rings, the connections made at start-up
-/// (connect.ipp), the spin / yield settings and the start-up link probe; and the tear-down.
+/// (connect.ipp), the spin / yield settings; the link probe (measure_links); and the tear-down.
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
 
 namespace gsync::transport {
+
+/// Times the links between hosts (transport/link_probe.hpp) for the automatic choice of
+/// algorithms, unless there is one host, GSYNC_NET_PROBE=0, or both GSYNC_NET_GBPS and
+/// GSYNC_NET_LATENCY_US are given (those win over what it measures). Collective: every rank
+/// calls it, right after set-up (communicator::join does), before any operation.
+inline void host_mesh::measure_links(deadline dl) {
+  if (topo_.hosts() <= 1 || !opt_.net_probe || (opt_.net_gbps > 0 && opt_.net_latency_us > 0)) return;
+  const bool net_given = opt_.net_gbps > 0 || opt_.net_latency_us > 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const probe_result pr = probe_links(*this, dl, cores_shared_);
+  const link_estimate links = detail::override_links(pr.links, opt_.net_gbps, opt_.net_latency_us);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  topo_.set_links(links);
+  log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " + detail::fixed(links.gbps(), 3) +
+            " Gbit/s (measured over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
+            " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " + detail::fixed(pr.mid_step_us, 1) +
+            " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" +
+            (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") +
+            (net_given ? "; GSYNC_NET_* given win" : "") + ")" +
+            (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) + " us of the machines' time per message" : ""));
+}
 
 /// Rank 0 starts the store at any free port of its address and shares "ADDRESS PORT" through
 /// `li.share_store` (launch_env.hpp); the others receive it. Rank 0 shares a failure too ("!why"),
@@ -65,7 +86,6 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     key_ = bootstrap::auth::job_key::resolve(li.job_key);
   }
   check_options(opt_);  // explicit values too: a bad one fails every rank the same way, before any connection
-  const bool net_given = opt_.net_gbps > 0 || opt_.net_latency_us > 0;
   auto master = detail::resolve_host(io_, li.master_addr);
   // Every rank decides alike, before it opens a port: reachable beyond loopback needs a key.
   const std::string where = li.master_addr + ":" + std::to_string(li.master_port);
@@ -80,231 +100,22 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
   try {
     master_addr_ = li.master_addr;
     master_port_ = li.master_port;
-    // From hello on, if this rank dies the others hear of it from the store. Communicators made
-    // one after another from the same variables meet at the same address: the previous one's
-    // store (still waiting for its ranks to leave) turns this rank away, and it connects again
-    // until the current one answers.
-    // That store may also close while this rank is still talking to it (peer_lost): the same.
-    for (;;) {
-      try {
-        // A shrink's store is up before its members hear of it: refused there means its host
-        // (the coordinator, rank 0 of the new endpoint) is gone.
-        const auto connect_by = rj ? std::optional<deadline>(std::min(dl, std::chrono::steady_clock::now() + rj->join_within)) : std::nullopt;
-        store_ = std::make_unique<bootstrap::store_client>(li.master_addr, li.master_port, dl, key_, std::chrono::milliseconds(opt_.liveness_ms), connect_by);
-        if (store_->hello(rank_, dl)) break;
-      } catch (const error& e) {
-        if (rj && rank_ != 0 && (e.kind() == errc::peer_lost || e.kind() == errc::timeout)) {
-          rj->lost.insert(0);
-          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": shrink: the coordinator (rank 0 of the new communicator) is gone: " + e.what());
-        }
-        if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl) throw;
-      }
-      store_.reset();
-      if (std::chrono::steady_clock::now() + std::chrono::milliseconds(20) >= dl)
-        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": the gsync store at " + li.master_addr + ":" +
-                                       std::to_string(li.master_port) + " still served a communicator that this rank had joined before, until the deadline (a communicator "
-                                       "of this job made from the same variables is still open, or two processes claim rank " +
-                                       std::to_string(rank_) + ")");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    join_store(li, dl, rj);
     const auto me = bootstrap::pick_listen_address(io_, master, opt_.socket_ifname);
     bootstrap::auth::require_key(key_, !me.is_loopback(), li.allow_unauthenticated, where, log_);  // GSYNC_SOCKET_IFNAME
     listen(me);
     open_recovery_listener(me);
-    // The heartbeat answers from now on (transport/mesh/heartbeat.hpp); it watches the ring once
-    // set-up has ended (below). GSYNC_LIVENESS_S=0 turns it off.
-    if (opt_.liveness_ms > 0 && size_ > 1) {
-      hb_ = std::make_unique<heartbeat>(me, rank_, size_, std::chrono::milliseconds(opt_.liveness_ms), key_, log_);
-      if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // its alarm wakes a wait in poll(2)
-    }
-    // The job nonce ties every connection to this job: a stale rank of an earlier job on the same
-    // port cannot slip in.
-    if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
-    // Each rank publishes its record (listener, kernel, host) once and reads everyone's, with the
-    // nonce, in one round trip (bootstrap/rank_record.hpp).
-    const auto my_ep = acc_.local_endpoint();
-    bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id), recovery_port()};
-    if (hb_) mine.heartbeat_port = hb_->port();
-    store_->set(bootstrap::rank_record_key(rank_), mine.encode(), dl);
-    {
-      std::vector<std::string> keys{"gsync/nonce"};
-      keys.reserve(static_cast<std::size_t>(size_) + 1);
-      for (int j = 0; j < size_; ++j) keys.push_back(bootstrap::rank_record_key(j));
-      std::vector<std::string> got;
-      // A shrink's members are running and agreed a moment ago: one missing after `join_within`
-      // died during the shrink, and the others go on without it (shrink.ipp).
-      const deadline joined_by = rj ? std::min(dl, std::chrono::steady_clock::now() + rj->join_within) : dl;
-      try {
-        got = store_->get_many(keys, joined_by);
-      } catch (const error& e) {
-        if (e.kind() != errc::timeout) throw;
-        std::vector<int> missing;
-        const std::string which = missing_ranks(keys, &missing);
-        std::erase(missing, 0);  // never the coordinator: it serves this store (if it were gone, so would the store be)
-        if (rj && joined_by < dl && !missing.empty()) {
-          // The others may fail first because this rank does (the store's lost-rank rule): they
-          // read whom it found missing here, so that every member leaves out the same ranks.
-          try {
-            std::set<int> m(missing.begin(), missing.end());
-            store_->set("gsync/missing", detail_shrink::join_ranks(m), std::chrono::steady_clock::now() + std::chrono::seconds(1));
-          } catch (const error&) {
-          }
-          rj->lost.insert(missing.begin(), missing.end());
-          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": shrink: " + which + " within " +
-                                           std::to_string(rj->join_within.count()) + " ms of the agreement (they died during the shrink)");
-        }
-        throw error(errc::timeout, "rank " + std::to_string(rank_) + ": " + which + " (" + e.what() + ")");
-      }
-      try {
-        nonce_ = std::stoull(got[0]);
-      } catch (const std::exception&) {
-        throw error(errc::mismatch, "bad job nonce in the store: '" + got[0].substr(0, 40) + "'");
-      }
-      records_.reserve(static_cast<std::size_t>(size_));
-      for (int j = 0; j < size_; ++j) records_.push_back(j == rank_ ? mine : bootstrap::rank_record::parse(got[static_cast<std::size_t>(j) + 1], j));
-    }
-    log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
-              ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
-              std::to_string(my_ep.port()) + ", store at " + li.master_addr + ":" + std::to_string(li.master_port));
+    start_heartbeat(me);
+    exchange_records(li, dl, rj);
     peers_.resize(static_cast<std::size_t>(size_));  // placed once: a port may point at its peer's `ctl`
     for (auto& c : peers_) c.data = std::make_unique<link_port_of<tcp_link>>(0, c.ctl);  // until connect_links
     exchange_hosts(li);
     connect_links(dl);
-    try {
-      connect_at_start(dl);
-    } catch (const error& e) {
-      // A peer that vanished mid-handshake may itself have failed because another rank was lost
-      // first: report that root cause when the store knows it.
-      if (e.kind() == errc::timeout || e.kind() == errc::peer_lost)
-        if (auto lost = lost_rank(); !lost.empty() && std::string_view(e.what()).find(lost) == std::string_view::npos)
-          throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + lost + " (then: " + e.what() + ")");
-      throw;
-    }
+    connect_peers(dl);
     if (!opt_.lazy_connect) acc_.close();  // else it takes the connections made on first use
-    // Rank 0 serves the store: it must not return (and possibly tear the store down) before every
-    // rank has finished looking up addresses. A rank with a shared-memory segment waits too: once
-    // every rank is ready, every peer has mapped the segment and its name can go.
-    if (store_->add("gsync/ready", 1, dl) == size_) store_->set("gsync/ready_all", "1", dl);
-    if (rank_ == 0 || bell_owner()) store_->wait({"gsync/ready_all"}, dl);
-    if (doorbell_owner* own = bell_owner()) own->unlink();
-    staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
-    topo_.set_cores_shared(cores_shared_);
-    if (opt_.spin_us < 0) opt_.spin_us = cores_shared_ ? 0 : 50;
-    struct medium {
-      std::string_view name;
-      int peers;
-      bool shared;
-      std::size_t type;
-    };
-    std::vector<medium> per_type;  // peers per data link type
-    int nshm = 0;                  // peers whose data link shares memory with this rank
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const link_port& l = data_link(p);
-      nshm += l.costs.shared_memory;
-      auto at = std::find_if(per_type.begin(), per_type.end(), [&](const medium& t) { return t.name == l.name; });
-      if (at == per_type.end()) per_type.push_back({l.name, 1, l.costs.shared_memory, l.type});
-      else ++at->peers;
-    }
-    std::sort(per_type.begin(), per_type.end(), [](const medium& a, const medium& b) { return a.type < b.type; });  // the list's order
-    const int ntcp = size_ - 1 - nshm;  // peers over links that do not share memory
-    if (opt_.yield_us < 0) opt_.yield_us = cores_shared_ && nshm > 0 && ntcp > 0 ? 0 : 2000;
-    if (opt_.tcp_yield_us < 0) opt_.tcp_yield_us = cores_shared_ && nshm == 0 ? 50 : 0;
-    name_.clear();  // the media in use, shared memory first: "shm", "tcp", "shm+tcp"
-    for (bool shared : {true, false})
-      for (const medium& t : per_type)
-        if (t.shared == shared) name_ += (name_.empty() ? "" : "+") + std::string(t.name);
-    if (name_.empty()) name_ = "tcp";  // a world of one
-    // What the automatic choice prices a same-host hop with must be the same on every rank, or the
-    // ranks choose different schedules: on one host, shared memory only when every pair uses it
-    // (a rank whose segment failed leaves every rank with a TCP peer); across hosts, what the
-    // options say (the same on every rank), whatever pairs fell back to TCP.
-    const bool shm_costs = topo_.hosts() > 1 ? opt_.shm : nshm > 0 && ntcp == 0;
-    const link_costs* shared = kit_->shared_memory_costs();
-    local_costs_ = shm_costs && shared ? *shared : link_traits<tcp_link>::costs;
-    local_costs_.name = name_;
-    std::string how, reports;
-    for (const medium& t : per_type) how += (how.empty() ? "" : ", ") + std::to_string(t.peers) + " over " + std::string(t.name);
-    if (how.empty()) how = "none";
-    if (const std::string r = kit_->report(); !r.empty()) reports = ", " + r;
-    log_.info("peers: " + how + "; " + std::to_string(connected_) + " of " + std::to_string(size_ - 1) + " connected at start-up" +
-              (opt_.lazy_connect && connected_ < size_ - 1 ? ", the others on first use" : "") + " (" + std::to_string(local_size_) +
-              " ranks on this host, " + std::to_string(machine_ranks_) + " on this machine, spin " +
-              std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
-              std::to_string(opt_.tcp_yield_us) + " us" + reports + ")");
-    if (topo_.hosts() > 1) {
-      // The links between hosts, for the automatic choice of algorithms (core/links.hpp).
-      link_estimate links = detail::override_links({}, opt_.net_gbps, opt_.net_latency_us);
-      std::string how = net_given ? "GSYNC_NET_GBPS / GSYNC_NET_LATENCY_US, else assumed" : "assumed (GSYNC_NET_PROBE=0)";
-      if (opt_.net_probe && !(opt_.net_gbps > 0 && opt_.net_latency_us > 0)) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const probe_result pr = probe_links(*this, dl, cores_shared_);
-        links = detail::override_links(pr.links, opt_.net_gbps, opt_.net_latency_us);
-        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-        how = "measured at start-up over the ring of " + std::to_string(size_) + " ranks in " + std::to_string(ms) +
-              " ms: a step of 8 B takes " + detail::fixed(pr.small_step_us, 1) + " us, of 64 KiB " +
-              detail::fixed(pr.mid_step_us, 1) + " us, of 1 MiB " + detail::fixed(pr.big_step_us, 1) + " us" +
-              (pr.intra_step_us > 0 ? "; inside a host a step of 8 B takes " + detail::fixed(pr.intra_step_us, 1) + " us" : "") + (net_given ? "; GSYNC_NET_* given win" : "");
-      }
-      topo_.set_links(links);
-      log_.info("links between hosts: " + detail::fixed(links.alpha_us, 1) + " us per message, " +
-                detail::fixed(links.gbps(), 3) + " Gbit/s (" + how + ")" +
-                (links.shared_msg_us > 0 ? "; ranks share cores: " + detail::fixed(links.shared_msg_us, 1) +
-                                               " us of the machines' time per message" : ""));
-    }
-    if (hb_) {
-      const auto& next = records_[static_cast<std::size_t>((rank_ + 1) % size_)];
-      hb_->ring(next.address, next.heartbeat_port, nonce_, [this](const heartbeat::news& n) { on_heartbeat(n); });
-    }
-    rec_.rejoining = false;
-    if (rj) {
-      // A shrink's set-up is all or nothing: every member waits until all have set up. A member
-      // lost before the last one arrives fails every wait here, the last one's commit included
-      // (the store refuses a `gsync/commit/` key after a loss: bootstrap/store_protocol.hpp), so
-      // that no member goes on with an endpoint the others have given up (shrink.ipp).
-      if (store_->add("gsync/settled", 1, dl) == size_) store_->set("gsync/commit/settled", "1", dl);
-      store_->wait({"gsync/commit/settled"}, dl);
-    }
+    finish(dl, rj);
   } catch (const error& raised) {
-    // Out of descriptors: say which limit and how to raise it, here and to the others.
-    const error e = bootstrap::mentions_out_of_descriptors(raised) ? bootstrap::fd_exhausted(raised.what(), size_)
-                    : server_ && server_->out_of_descriptors()
-                        ? bootstrap::fd_exhausted("rank 0: the store cannot accept the ranks' connections (" + std::string(raised.what()) + ")", size_)
-                        : raised;
-    // Tell the store why, before its connection drops: the store then reports this rank as
-    // failed for that reason, not as the first rank lost (which the others would blame).
-    if (store_) {
-      try {
-        store_->set(failed_key(rank_), failure_record(e.kind(), e.what()), std::chrono::steady_clock::now() + std::chrono::seconds(1));
-      } catch (const std::exception&) {
-      }
-    }
-    if (rj) {  // for the next attempt of the shrink: who was lost (new numbering)
-      rj->lost.insert(dead_.begin(), dead_.end());
-      {
-        std::lock_guard lk(hb_m_);
-        rj->lost.insert(hb_dead_.begin(), hb_dead_.end());
-      }
-      if (store_) {
-        if (const auto r = records::rank_lost(lost_rank()); r && *r != rank_ && *r < size_) rj->lost.insert(*r);
-        try {  // another member found some missing first: which (see above)
-          const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-          std::vector<int> m;
-          if (store_->check("gsync/missing", d) && detail_shrink::parse_ranks(store_->get("gsync/missing", d), size_, m))
-            rj->lost.insert(m.begin(), m.end());
-        } catch (const error&) {
-        }
-      }
-      rj->lost.erase(rank_);
-    }
-    if (server_) {
-      // Serve the others a while so they read why, unless this rank could not reach its own store
-      // (no reason recorded: the others would only wait for the linger to end).
-      const bool recorded = store_ != nullptr;
-      store_.reset();  // says goodbye: this rank is failing, not lost
-      if (recorded) server_->linger(std::chrono::steady_clock::now() + store_linger, rj ? std::vector<int>(rj->lost.begin(), rj->lost.end()) : std::vector<int>{});
-    }
-    throw e;
+    failed_setup(raised, rj);
   }
 }
 
@@ -348,14 +159,10 @@ inline void host_mesh::check_options(const host_options& o) {
 
 inline host_mesh::~host_mesh() {
   hb_.reset();  // first: its thread reports into this object; its goodbye tells the neighbours this rank left
-  std::vector<int> gone(dead_.begin(), dead_.end());  // lost ranks may hold their store connections (stopped): not waited for below
-  {
-    std::lock_guard lk(hb_m_);
-    gone.insert(gone.end(), hb_dead_.begin(), hb_dead_.end());
-  }
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  const std::set<int> dead = fs_.dead();
+  const std::vector<int> gone(dead.begin(), dead.end());  // lost ranks may hold their store connections (stopped): not waited for below
   if (doorbell_owner* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
-    own->mark_failed(broken_ ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
+    own->mark_failed(fs_.broken() ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();

@@ -7,8 +7,8 @@
 /// each over its own ranks (keys per communicator and attempt: "shrink/COMM/ROUND/...").
 ///
 /// How they agree (one coordinator decides, every survivor reads its decision):
-///   - Each rank knows ranks it has seen die (`dead_`: the rank a failure named as lost first, a
-///     peer whose connection closed without a failure record; `hb_dead_`: those the heartbeat
+///   - Each rank knows ranks it has seen die (`failure_state::dead()`: the rank a failure named as
+///     lost first, a peer whose connection closed without a failure record, those the heartbeat
 ///     reported). The coordinator is the communicator's lowest rank not known dead.
 ///   - Every rank opened a recovery listener at set-up and published its port in its set-up record.
 ///     The first time a rank coordinates, it serves an agreement store there, kept for the
@@ -273,15 +273,7 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
   // heartbeat reported, then those lost in a failed attempt.
   std::set<int> known;
   {
-    std::set<int> job;
-    {
-      call_lock g(*this);  // fail() adds to dead_ under it (another communicator's thread)
-      job = dead_;
-    }
-    {
-      std::lock_guard lk(hb_m_);
-      job.insert(hb_dead_.begin(), hb_dead_.end());
-    }
+    const std::set<int> job = fs_.dead();
     for (std::size_t i = 0; i < group.size(); ++i)
       if (job.count(group[i])) known.insert(static_cast<int>(i));
   }
@@ -318,6 +310,8 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
     try {
       auto next = std::make_shared<host_mesh>(li, std::chrono::duration_cast<std::chrono::milliseconds>(dl - std::chrono::steady_clock::now()),
                                               logger(li.rank), opt_given_, kit_->fresh(), std::move(a.server), &key_, &rj);
+      // The links between hosts are the ones measured at the start (the same on every member).
+      if (next->topo_.hosts() > 1 && topo_.links() && topo_.links()->measured) next->topo_.set_links(*topo_.links());
       log_.info("shrink: rank " + std::to_string(me) + " is rank " + std::to_string(li.rank) + " of " + std::to_string(li.size) + " after " +
                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) + " ms" +
                 (attempt > 1 ? " and " + std::to_string(attempt) + " attempts" : ""));
