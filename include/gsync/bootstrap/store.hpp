@@ -11,7 +11,7 @@
 ///
 /// The store, by concern:
 ///   bootstrap/store_protocol.hpp  the wire protocol: codes, framing, bounded request decoding
-///   bootstrap/store_server.hpp    `store_server`: the listener and poll loop run by rank 0
+///   bootstrap/store_server.hpp    `store_server`: the listener and Asio loop run by rank 0
 ///   bootstrap/store_client.hpp    `store_client`: a rank's connection and its calls
 /// This header includes all three.
 ///

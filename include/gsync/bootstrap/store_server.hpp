@@ -1,46 +1,44 @@
 #pragma once
 /// \file
-/// The rendezvous store's server (bootstrap/store.hpp), run by rank 0: a TCP listener and an epoll loop
-/// on its own thread that moves bytes between the clients' sockets and the store's state machine
-/// (bootstrap/store_core.hpp: the handshake, requests, parked gets and waits, the lost-rank rule,
-/// and the bounds on everything a client can make it hold).
+/// The rendezvous store's server (bootstrap/store.hpp), run by rank 0: a TCP listener and an Asio
+/// io_context on its own thread that move bytes between the clients' sockets and the store's state
+/// machine (bootstrap/store_core.hpp: the handshake, requests, parked gets and waits, the lost-rank
+/// rule, and the bounds on everything a client can make it hold).
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <asio/basic_waitable_timer.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <queue>
-#include <set>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/fd_limit.hpp"
+#include "gsync/bootstrap/socket.hpp"
 #include "gsync/bootstrap/store_core.hpp"
 #include "gsync/bootstrap/store_protocol.hpp"
 #include "gsync/core/error.hpp"
-#include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/core/log.hpp"
-#include "gsync/bootstrap/socket.hpp"
 
 namespace gsync::bootstrap {
 
-/// The store server. Runs an epoll loop on its own thread from construction to destruction.
+/// The store server. Runs an io_context on its own thread from construction to destruction.
 class store_server {
  public:
   /// Listens on `bind_addr`:`port` (port 0 = any free port; see `port()`); clients must prove `key`.
@@ -83,40 +81,11 @@ class store_server {
     }
     start();
   }
-
- private:
-  void start() {
-    acc_.non_blocking(true);
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errc::system, "store: pipe: " + detail::errno_text(errno));
-    ep_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) {
-      const int e = errno;
-      ::close(wake_[0]);
-      ::close(wake_[1]);
-      throw error(errc::system, "store: epoll_create1: " + detail::errno_text(e));
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag_wake;
-    ::epoll_ctl(ep_, EPOLL_CTL_ADD, wake_[0], &ev);
-    ev.data.u64 = tag_listen;
-    ::epoll_ctl(ep_, EPOLL_CTL_ADD, acc_.native_handle(), &ev);
-    spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // see accept_all
-    thread_ = std::thread([this] { run(); });
-  }
-
- public:
   store_server(const store_server&) = delete;
   store_server& operator=(const store_server&) = delete;
   ~store_server() {
-    stop_ = true;
-    char c = 0;
-    [[maybe_unused]] auto r = ::write(wake_[1], &c, 1);
+    io_.stop();  // thread-safe; handlers still queued are destroyed with io_, never run
     if (thread_.joinable()) thread_.join();
-    for (auto& [id, fd] : fds_) ::close(fd);
-    ::close(ep_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
     if (spare_ >= 0) ::close(spare_);
   }
   /// True once the server ran out of descriptors: it then turns every connection away and answers
@@ -135,8 +104,7 @@ class store_server {
         gone_ = gone;
         active_.store(1 << 30, std::memory_order_release);  // not counted with them yet
       }
-      char c = 0;
-      [[maybe_unused]] auto r = ::write(wake_[1], &c, 1);  // the loop counts again
+      asio::post(io_, [this] { settle(); });  // the loop counts again
     }
     while (active_.load(std::memory_order_acquire) > 0 && !out_of_fds_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < dl)
@@ -152,63 +120,41 @@ class store_server {
 
  private:
   using clock = std::chrono::steady_clock;
-  // epoll tags of the two descriptors that are not connections; connection ids start above them.
-  static constexpr std::uint64_t tag_wake = 1, tag_listen = 2;
+  using timer = asio::basic_waitable_timer<clock, asio::wait_traits<clock>, detail::net::executor>;
+  // Reads complete into a small buffer per connection (a handshake, a request); a read that fills
+  // it goes on, non-blocking, through the thread's one 64 KiB buffer. A 64 KiB buffer per
+  // connection would let every stranger in the handshake make the store hold 64 KiB.
+  struct conn {
+    detail::net::tcp_socket s;
+    bool writing = false;  // a write is waiting for the socket to be writable (one at a time)
+    std::array<char, 2048> in{};
+  };
 
-  // One loop iteration costs O(events), not O(connections): epoll keeps the interest set, and the
-  // core (bootstrap/store_core.hpp) indexes parked requests by key and deadlines in heaps
-  // (a thousand ranks' set-up; benchmarks/results/scale). No exception leaves the thread: one
-  // raised for a connection drops it; one raised by the loop itself is recorded (`failure()`)
-  // and answers every waiting rank, which then fails with it rather than wait for its deadline.
+  void start() {
+    acc_.non_blocking(true);  // the queued connections are accepted and closed synchronously (on_accept)
+    spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    thread_ = std::thread([this] { run(); });
+  }
+  // A handler costs O(its events), not O(connections): epoll (Asio's reactor) keeps the interest
+  // set, and the core indexes parked requests by key and deadlines in heaps (a thousand ranks'
+  // set-up; benchmarks/results/scale). No exception leaves the thread: one raised for a connection
+  // drops it; one raised by the loop itself is recorded (`failure()`) and answers every waiting
+  // rank, which then fails with it rather than wait for its deadline.
   void run() {
     ::pthread_setname_np(::pthread_self(), "gsync-store");  // for top -H, perf and debuggers
-    std::vector<epoll_event> evs(256);
-    while (!stop_) {
+    auto work = asio::make_work_guard(io_);  // run() returns on stop() only
+    accept_next();
+    for (bool again = false;; again = true) {
       try {
-        const auto now = clock::now();
-        if (accept_paused_ && now >= accept_pause_until_) set_accepting(true);
-        int r = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), next_timeout_ms(now));
-        if (r < 0 && errno != EINTR) throw error(errc::system, "store: epoll_wait: " + detail::errno_text(errno));
-        if (stop_) break;
-        for (int i = 0; i < r; ++i) {
-          const auto tag = evs[i].data.u64;
-          if (tag == tag_wake) {  // stop_ is read above; linger() may have named stopped ranks
-            char b[64];
-            while (::read(wake_[0], b, sizeof b) > 0) {
-            }
-            continue;
-          }
-          if (tag == tag_listen) {
-            accept_all();
-            continue;
-          }
-          try {
-            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_from(tag);
-            if (evs[i].events & EPOLLOUT) flush(tag);
-          } catch (const std::exception& e) {
-            log_.warn(std::string("store: dropping a connection after an error: ") + e.what());
-            core_.hangup(tag);
-          }
-        }
-        core_.expire(clock::now());
-        // A death answers the waits (the lost-rank rule) and a failed send is a death: until both
-        // lists are empty, or the answers would wait for the next event.
-        for (;;) {
-          auto dead = core_.take_dead();
-          for (auto id : dead) close(id);
-          auto ready = core_.take_ready();
-          for (auto id : ready) flush(id);
-          if (dead.empty() && ready.empty()) break;
-        }
-        {
-          std::lock_guard<std::mutex> g(gone_m_);
-          active_.store(core_.active_except(gone_), std::memory_order_release);
-        }
+        if (again) recover();
+        io_.run();
+        break;
       } catch (const std::exception& e) {
         failed(e.what());
       } catch (...) {
         failed("unknown exception");
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a lasting cause does not spin
     }
     if (log_.enabled(log_level::info)) {
       timespec t{};
@@ -218,8 +164,8 @@ class store_server {
                 detail::fixed(1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec), 0) + " ms of CPU");
     }
   }
-  // The loop itself failed (out of memory, most likely): record why, tell every waiting rank,
-  // pause a moment so that a lasting cause does not spin, and go on serving what it can.
+  // The loop itself failed (out of memory, most likely): record why, tell every waiting rank, and
+  // go on serving what it can.
   void failed(const std::string& what) noexcept {
     try {
       {
@@ -232,124 +178,165 @@ class store_server {
       for (auto id : core_.take_ready()) flush(id);
     } catch (...) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  int next_timeout_ms(clock::time_point now) const {
-    auto until = core_.next_deadline();
-    if (accept_paused_) until = std::min(until, accept_pause_until_);
-    if (until == clock::time_point::max()) return -1;
-    if (until <= now) return 0;
-    return static_cast<int>(std::min<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 1 << 30));
+  // After a failed handler: what it may have left undone (the next accept, the drain, the timer).
+  void recover() {
+    if (!accepting_ && !accept_paused_) accept_next();
+    armed_ = clock::time_point::max();
+    settle();
   }
-  void set_accepting(bool on) {
-    epoll_event e{};
-    e.events = on ? std::uint32_t{EPOLLIN} : 0u;
-    e.data.u64 = tag_listen;
-    ::epoll_ctl(ep_, EPOLL_CTL_MOD, acc_.native_handle(), &e);
-    accept_paused_ = !on;
-  }
-  void accept_all() {
+  // After every handler: a death answers the waits (the lost-rank rule) and a failed send is a
+  // death: until both lists are empty, or the answers would wait for the next event. Then the
+  // deadline timer follows the core's next deadline.
+  void settle() {
+    core_.expire(clock::now());
     for (;;) {
-      sockaddr_storage sa{};
-      socklen_t sl = sizeof sa;
-      const int fd = ::accept4(acc_.native_handle(), reinterpret_cast<sockaddr*>(&sa), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
-        // A store that cannot accept every rank cannot set the job up: fail the waits of the ranks
-        // accepted so far with the reason, and close the connections queued behind (accepted
-        // with the spare descriptor, closed at once) so that no rank waits for its deadline.
-        if (!out_of_fds_.exchange(true, std::memory_order_acq_rel) && !core_.lost())
-          core_.declare_lost(bootstrap::fd_exhausted("rank 0: the store cannot accept a rank's connection", 0).what());
-        accept_pause_until_ = clock::now() + std::chrono::milliseconds(50);  // no spin while none is free
-        set_accepting(false);
-        if (spare_ >= 0) {
-          ::close(spare_);
-          spare_ = -1;
-          for (int f; (f = ::accept(acc_.native_handle(), nullptr, nullptr)) >= 0;) ::close(f);
-          spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-        }
-        return;
+      auto dead = core_.take_dead();
+      for (auto id : dead) conns_.erase(id);  // closes the socket; its pending waits end aborted
+      auto ready = core_.take_ready();
+      for (auto id : ready) flush(id);
+      if (dead.empty() && ready.empty()) break;
+    }
+    {
+      std::lock_guard<std::mutex> g(gone_m_);
+      active_.store(core_.active_except(gone_), std::memory_order_release);
+    }
+    // Re-armed only when the deadline comes sooner: one that fires early finds nothing and re-arms.
+    const auto until = core_.next_deadline();
+    if (until >= armed_) return;
+    armed_ = until;
+    deadline_.expires_at(until);
+    deadline_.async_wait([this](const asio::error_code& ec) {
+      if (ec == asio::error::operation_aborted) return;
+      armed_ = clock::time_point::max();
+      settle();
+    });
+  }
+  void accept_next() {
+    acc_.async_accept(peer_, [this](const asio::error_code& ec, detail::net::tcp_socket s) { on_accept(ec, std::move(s)); });
+    accepting_ = true;
+  }
+  void on_accept(const asio::error_code& ec, detail::net::tcp_socket s) {
+    accepting_ = false;
+    if (ec == asio::error::operation_aborted) return;
+    if (bootstrap::out_of_descriptors(ec)) {
+      // A store that cannot accept every rank cannot set the job up: fail the waits of the ranks
+      // accepted so far with the reason, and close the connections queued behind (accepted
+      // with the spare descriptor, closed at once) so that no rank waits for its deadline.
+      if (!out_of_fds_.exchange(true, std::memory_order_acq_rel) && !core_.lost())
+        core_.declare_lost(bootstrap::fd_exhausted("rank 0: the store cannot accept a rank's connection", 0).what());
+      if (spare_ >= 0) {
+        ::close(spare_);
+        spare_ = -1;
+        for (int f; (f = ::accept(acc_.native_handle(), nullptr, nullptr)) >= 0;) ::close(f);
+        spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       }
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;  // EAGAIN: none left
-      }
+      pause_.expires_after(std::chrono::milliseconds(50));  // no spin while none is free
+      pause_.async_wait([this](const asio::error_code& e) {
+        accept_paused_ = false;
+        if (e != asio::error::operation_aborted) accept_next();
+      });
+      accept_paused_ = true;
+      settle();
+      return;
+    }
+    accept_next();  // other errors (an aborted connection) concern that connection only
+    if (!ec) {
       const std::uint64_t id = next_id_++;
-      if (!core_.open(id, detail::peer_text(reinterpret_cast<const sockaddr*>(&sa)), clock::now())) {
-        ::close(fd);  // over a limit on connections: turned away at once
-        continue;
+      if (core_.open(id, detail::peer_text(peer_.data()), clock::now())) {  // else over a limit: closed at once
+        detail::tune_control_socket(s.native_handle(), core_.limits().liveness);
+        asio::error_code nb;
+        s.non_blocking(true, nb);  // read_some / write_some (drain, flush) return would_block, never wait
+        conn& c = conns_.emplace(id, conn{std::move(s)}).first->second;
+        guarded(id, [&] { read_next(id, c); });
       }
-      detail::tune_control_socket(fd, core_.limits().liveness);
-      epoll_event e{};
-      e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;  // edge-triggered: read and write until EAGAIN
-      e.data.u64 = id;
-      if (::epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &e) != 0) {
-        ::close(fd);
-        core_.hangup(id);
-        continue;
-      }
-      fds_.emplace(id, fd);
+    }
+    settle();
+  }
+  // Runs `f` for connection `id`: an exception drops that connection, not the store.
+  template <class F>
+  void guarded(std::uint64_t id, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      log_.warn(std::string("store: dropping a connection after an error: ") + e.what());
+      core_.hangup(id);
     }
   }
   // Reads what `id` sent, handing the core one chunk at a time (it drops a stranger at its first
-  // bad bytes, so junk is never buffered).
-  void read_from(std::uint64_t id) {
-    auto it = fds_.find(id);
-    if (it == fds_.end()) return;
-    char buf[65536];
+  // bad bytes, so junk is never buffered), until the peer closes or the core drops it.
+  void read_next(std::uint64_t id, conn& c) {
+    c.s.async_read_some(asio::buffer(c.in), [this, id](const asio::error_code& ec, std::size_t n) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) return;  // closed meanwhile
+      guarded(id, [&] {
+        if (ec) return core_.hangup(id);  // EOF or an error: what came before still counted
+        core_.received(id, it->second.in.data(), n);
+        if (n == it->second.in.size()) drain(id, it->second);
+        if (core_.output(id)) read_next(id, it->second);
+      });
+      settle();
+    });
+  }
+  // The rest of a burst that filled `in`, until a short read.
+  void drain(std::uint64_t id, conn& c) {
     for (;;) {
       if (!core_.output(id)) return;  // dropped meanwhile
-      ssize_t r = ::recv(it->second, buf, sizeof buf, MSG_DONTWAIT);
-      if (r > 0) {
-        core_.received(id, buf, static_cast<std::size_t>(r));
-        continue;
-      }
-      if (r < 0 && errno == EINTR) continue;
-      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) core_.hangup(id);  // what came before still counted
-      return;
+      asio::error_code ec;
+      const std::size_t r = c.s.read_some(asio::buffer(buf_), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) return;
+      if (ec == asio::error::interrupted) continue;
+      if (ec) return core_.hangup(id);
+      core_.received(id, buf_.data(), r);
+      if (r < buf_.size()) return;
     }
   }
+  // Sends what the core holds for `id` now; the rest once the socket is writable again (one wait
+  // at a time per connection). The core's buffer keeps the unsent bytes, so its bound holds.
   void flush(std::uint64_t id) {
-    auto it = fds_.find(id);
+    auto it = conns_.find(id);
     std::string* out = core_.output(id);
-    if (it == fds_.end() || !out) return;
+    if (it == conns_.end() || !out || it->second.writing) return;
+    conn& c = it->second;
     while (!out->empty()) {
-      ssize_t w = ::send(it->second, out->data(), out->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        out->erase(0, static_cast<std::size_t>(w));
-        core_.count_sent(static_cast<std::size_t>(w));
-        continue;
+      asio::error_code ec;
+      const std::size_t w = c.s.write_some(asio::buffer(*out), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        c.writing = true;
+        c.s.async_wait(asio::socket_base::wait_write, [this, id](const asio::error_code& e) {
+          auto i = conns_.find(id);
+          if (i == conns_.end()) return;
+          i->second.writing = false;
+          guarded(id, [&] { e ? core_.hangup(id) : flush(id); });
+          settle();
+        });
+        return;
       }
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // the rest when EPOLLOUT says so
-      core_.hangup(id);
-      return;
+      if (ec == asio::error::interrupted) continue;
+      if (ec) return core_.hangup(id);
+      out->erase(0, w);
+      core_.count_sent(w);
     }
-  }
-  void close(std::uint64_t id) {
-    auto it = fds_.find(id);
-    if (it == fds_.end()) return;
-    ::epoll_ctl(ep_, EPOLL_CTL_DEL, it->second, nullptr);
-    ::close(it->second);
-    fds_.erase(it);
   }
 
   static constexpr std::uint64_t first_id = 16;
-  asio::io_context io_;
+  asio::io_context io_{1};  // one thread runs it (a concurrency hint)
   detail::net::tcp_acceptor acc_;
+  timer deadline_{io_};  // the core's next deadline (settle)
+  timer pause_{io_};     // accepting paused while out of descriptors
   logger log_;
   store_core core_;
-  int ep_ = -1;                                 // the epoll instance
-  bool accept_paused_ = false;                  // listener out of the interest set until accept_pause_until_
-  clock::time_point accept_pause_until_{};      // (out of descriptors)
-  std::atomic<bool> out_of_fds_{false};  // accept failed for want of descriptors (see accept_all, linger)
+  asio::ip::tcp::endpoint peer_;               // of the connection being accepted
+  bool accepting_ = false, accept_paused_ = false;
+  clock::time_point armed_ = clock::time_point::max();  // when deadline_ fires (max: not armed)
+  std::atomic<bool> out_of_fds_{false};  // accept failed for want of descriptors (see on_accept, linger)
   int spare_ = -1;                         // a descriptor held back to turn connections away when out of them
-  int wake_[2] = {-1, -1};
-  std::atomic<bool> stop_{false};
   std::atomic<int> active_{1 << 30};  // connected ranks that have not said goodbye (1<<30: not counted yet)
   std::mutex gone_m_;                  // guards gone_
   std::vector<int> gone_;              // ranks not waited for (linger)
   std::uint64_t next_id_ = first_id;
-  std::unordered_map<std::uint64_t, int> fds_;  // connection id -> socket
+  std::array<char, 65536> buf_{};      // the rest of a read that filled a connection's own buffer (drain)
+  std::unordered_map<std::uint64_t, conn> conns_;
   mutable std::mutex failure_m_;
   std::string failure_;
   std::thread thread_;
