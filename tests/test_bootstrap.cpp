@@ -2,6 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -410,6 +415,82 @@ TEST_CASE("store limits: beyond the per-address handshake slots the oldest silen
   }
 }
 
+TEST_CASE("store limits: a client that does not read its replies is dropped at out_bytes, the others are served meanwhile") {
+  gsync::bootstrap::store_limits lim;
+  lim.out_bytes = 4 << 20;
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{}, lim);
+  gsync::bootstrap::store_client c("127.0.0.1", srv.port(), in(5s), gsync::bootstrap::auth::job_key{});
+  c.set("big", std::string(1 << 20, 'x'), in(5s));
+  asio::io_context io;
+  auto s = gsync::detail::connect_retry(io, {asio::ip::make_address("127.0.0.1"), srv.port()}, in(5s), "store");
+  gsync::bootstrap::auth::client_handshake(s.native_handle(), gsync::bootstrap::auth::job_key{}, in(5s), "store");
+  s.set_option(asio::ip::tcp::no_delay(true));  // each pair of requests on its own, not held back by Nagle
+  namespace sp = gsync::bootstrap::store_proto;
+  std::string frame(1, static_cast<char>(sp::cmd_get)), two;
+  sp::put<std::uint32_t>(frame, 5000);
+  sp::put_str(frame, "big");
+  for (int i = 0; i < 2; ++i) {
+    sp::put<std::uint32_t>(two, static_cast<std::uint32_t>(frame.size()));
+    two += frame;
+  }
+  // Two replies at a time (under out_bytes), none read: the kernel's buffers fill, the store's
+  // sends would block, and it goes on serving the others until this one holds out_bytes unsent.
+  for (int i = 0; i < 32; ++i) {
+    try {
+      gsync::detail::write_all(s.native_handle(), two.data(), two.size(), in(2s), "store");
+    } catch (const gsync::error&) {
+      break;  // dropped already
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(c.get("big", in(2s)).size() == std::size_t{1} << 20);
+  std::vector<char> sink(64 << 20);
+  try {  // what reached its socket, then the close: far less than the 64 MiB
+    gsync::detail::read_all(s.native_handle(), sink.data(), sink.size(), in(5s), "store");
+    FAIL("a client that did not read got every reply");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::peer_lost);
+  }
+}
+
+TEST_CASE("store: out of descriptors, it answers the waiting ranks with the reason at once and turns connections away") {
+  gsync::bootstrap::store_server srv("127.0.0.1", 0, gsync::logger(0), gsync::bootstrap::auth::job_key{});
+  gsync::bootstrap::store_client c("127.0.0.1", srv.port(), in(5s), gsync::bootstrap::auth::job_key{});
+  const int late = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // opened while descriptors are left
+  REQUIRE(late >= 0);
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  std::thread t([&] {
+    std::this_thread::sleep_for(200ms);  // c waits meanwhile
+    const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(probe);  // no new descriptor from here on, in this whole process
+    ::close(probe);
+    ::setrlimit(RLIMIT_NOFILE, &low);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(srv.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    [[maybe_unused]] int r = ::connect(late, reinterpret_cast<sockaddr*>(&a), sizeof a);  // the store cannot accept it
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  try {
+    c.get("never", in(10s));
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::peer_lost);
+    why = e.what();
+  }
+  t.join();
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(why.find("the store cannot accept a rank's connection: out of file descriptors") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  CHECK(srv.out_of_descriptors());
+  char ch;
+  CHECK(::recv(late, &ch, 1, 0) <= 0);  // accepted with the spare descriptor and closed
+  ::close(late);
+}
+
 TEST_CASE("rank records: every port they name parses back, older records with fewer ports too, malformed ones are a mismatch naming the rank") {
   using gsync::bootstrap::rank_record;
   rank_record r{"10.0.0.7", 40001, "kern", "host with spaces\nand a line", 40002, 40003};
@@ -439,4 +520,21 @@ TEST_CASE("rank records: every port they name parses back, older records with fe
       CHECK(std::string(e.what()).find("rank 9") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("start-up connections: with lazy_connect off every pair connects at start-up, all dials at once, and every pair carries data") {
+  gsync::config cfg;
+  cfg.transport.lazy_connect = false;
+  cfg.timeout = std::chrono::seconds(30);
+  auto body = [](auto& comm, auto&) {
+    const int n = comm.size(), r = comm.rank();
+    std::vector<int> in(static_cast<std::size_t>(n) * 3), out(in.size());
+    for (int p = 0; p < n; ++p)
+      for (int k = 0; k < 3; ++k) in[static_cast<std::size_t>(p * 3 + k)] = 1000 * r + 10 * p + k;
+    gsync::alltoall(comm, std::span<const int>{in}, std::span<int>{out});
+    for (int p = 0; p < n; ++p)
+      for (int k = 0; k < 3; ++k) CHECK(out[static_cast<std::size_t>(p * 3 + k)] == 1000 * p + 10 * r + k);
+  };
+  SUBCASE("every rank its own host") { gsync_test::run_tcp(7, body, cfg); }
+  SUBCASE("two hosts of four") { gsync_test::run_mixed(8, 4, body, cfg); }
 }

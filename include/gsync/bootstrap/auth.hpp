@@ -227,14 +227,42 @@ inline nonce fresh_nonce() {
   throw error(errc::system, "no random bytes for the authentication challenge (neither getrandom nor /dev/urandom nor libcrypto delivered)");
 }
 
+/// The initiator's side in steps, for event loops (and the blocking `client_handshake`): send
+/// `hello()`, read the server's `challenge_bytes`, send what `prove` returns.
+class client_steps {
+ public:
+  explicit client_steps(const job_key& key) : key_(&key), nc_(fresh_nonce()) {}
+  /// The first bytes to send: the magic and this side's challenge.
+  std::string hello() const {
+    std::string h(magic.data(), magic.size());
+    h.append(reinterpret_cast<const char*>(nc_.data()), nonce_bytes);
+    return h;
+  }
+  /// Checks the server's answer (its challenge and proof, `challenge_bytes` at `c`) and returns
+  /// this side's proof. Throws errc::auth_failed when the server does not hold the same key.
+  std::string prove(const std::uint8_t* c, const std::string& what) const {
+    nonce ns{};
+    mac ms{};
+    std::memcpy(ns.data(), c, nonce_bytes);
+    std::memcpy(ms.data(), c + nonce_bytes, mac_bytes);
+    if (!job_key::equal(ms, key_->sign(server_label, nc_, ns)))
+      throw error(errc::auth_failed, "authentication with " + what + " failed: its proof does not match this job's key "
+                                     "(GSYNC_JOB_KEY differs between ranks, or it is not part of this job)");
+    const mac mine = key_->sign(client_label, ns, nc_);
+    return std::string(reinterpret_cast<const char*>(mine.data()), mine.size());
+  }
+
+ private:
+  const job_key* key_;
+  nonce nc_;
+};
+
 /// Initiator side on connected socket `fd`: proves the key and checks the server's proof.
 /// Throws errc::auth_failed when the server does not hold the same key (or does not speak the
 /// protocol), errc::timeout / peer_lost as the socket helpers do.
 inline void client_handshake(int fd, const job_key& key, deadline dl, const std::string& what) {
-  std::array<std::uint8_t, hello_bytes> h{};
-  std::memcpy(h.data(), magic.data(), magic.size());
-  const nonce nc = fresh_nonce();
-  std::memcpy(h.data() + magic.size(), nc.data(), nonce_bytes);
+  const client_steps steps(key);
+  const std::string h = steps.hello();
   detail::write_all(fd, h.data(), h.size(), dl, what);
   std::array<std::uint8_t, challenge_bytes> c{};
   try {
@@ -247,15 +275,8 @@ inline void client_handshake(int fd, const job_key& key, deadline dl, const std:
                                    "failed, or is not a gsync endpoint)");
     throw;
   }
-  nonce ns{};
-  mac ms{};
-  std::memcpy(ns.data(), c.data(), nonce_bytes);
-  std::memcpy(ms.data(), c.data() + nonce_bytes, mac_bytes);
-  if (!job_key::equal(ms, key.sign(server_label, nc, ns)))
-    throw error(errc::auth_failed, "authentication with " + what + " failed: its proof does not match this job's key "
-                                   "(GSYNC_JOB_KEY differs between ranks, or it is not part of this job)");
-  const mac mine = key.sign(client_label, ns, nc);
-  detail::write_all(fd, mine.data(), mine.size(), dl, what);
+  const std::string proof = steps.prove(c.data(), what);
+  detail::write_all(fd, proof.data(), proof.size(), dl, what);
 }
 
 /// Incremental server side, for event loops (the store): feed it the bytes received so far.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
+#include <asio/basic_waitable_timer.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/udp.hpp>
 #include <algorithm>
@@ -37,6 +38,7 @@ using tcp_socket = asio::basic_stream_socket<asio::ip::tcp, executor>;
 using tcp_acceptor = asio::basic_socket_acceptor<asio::ip::tcp, executor>;
 using tcp_resolver = asio::ip::basic_resolver<asio::ip::tcp, executor>;
 using udp_socket = asio::basic_datagram_socket<asio::ip::udp, executor>;
+using steady_timer = asio::basic_waitable_timer<std::chrono::steady_clock, asio::wait_traits<std::chrono::steady_clock>, executor>;
 }  // namespace net
 
 using steady = std::chrono::steady_clock;

@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include <asio/error.hpp>
+#include <asio/socket_base.hpp>
+
 #include "gsync/bootstrap/auth.hpp"
 #include "gsync/bootstrap/socket.hpp"
 #include "gsync/core/log.hpp"
@@ -46,12 +49,36 @@ class admission {
       pending_.erase(victim);
     }
     pending_.push_back({std::move(s), std::make_unique<bootstrap::auth::server_handshake>(key), {}, false,
-                        std::chrono::steady_clock::now() + limit, std::move(from)});
+                        std::chrono::steady_clock::now() + limit, std::move(from), false});
   }
 
   /// Watches every pending connection for bytes, as `slot` in `ps`.
   void watch(waiter::poll_set& ps, int slot) const {
     for (const auto& a : pending_) ps.add(a.s->native_handle(), POLLIN, slot);
+  }
+
+  /// Event loops (start_connector.hpp): asks Asio to call `on_ready(error_code)` when a pending
+  /// connection has bytes, once per connection not asked for yet.
+  template <class Handler>
+  void arm(Handler on_ready) {
+    for (auto& a : pending_) {
+      if (a.armed) continue;
+      a.armed = true;
+      const detail::net::tcp_socket* s = a.s.get();
+      a.s->async_wait(asio::socket_base::wait_read, [this, s, on_ready](const asio::error_code& e) {
+        for (auto& b : pending_)  // (a connection dropped meanwhile is not found: its wait was cancelled)
+          if (b.s.get() == s) b.armed = false;
+        on_ready(e);
+      });
+    }
+  }
+  /// Cancels what `arm` asked for; the connections stay pending (the waits' poll loop goes on).
+  void cancel_waits() noexcept {
+    for (auto& a : pending_)
+      if (a.armed) {
+        asio::error_code ig;
+        a.s->cancel(ig);
+      }
   }
 
   /// Moves every pending connection on by what it has sent, and drops those whose time is up. It
@@ -111,6 +138,7 @@ class admission {
     bool challenged = false;                                 // the handshake's hello was answered
     std::chrono::steady_clock::time_point until;             // dropped then, if not through
     std::string from;
+    bool armed = false;                                      // an asynchronous wait is asked for (arm)
   };
   std::vector<entry> pending_;
   flood_log rejected_{"connections refused or dropped"};

@@ -18,89 +18,95 @@
 /// Part of transport::host_mesh (transport/mesh/host_mesh.hpp); included by transport/mesh/impl.ipp.
 
 #include "gsync/transport/mesh/host_mesh.hpp"
+#include "gsync/transport/mesh/start_connector.hpp"
 
 namespace gsync::transport {
 
-// The connections made at start-up (see the file comment); the others wait for first use. The
-// higher ranks' dials are admitted concurrently, as in an operation (accept_ready, admit_some):
-// a stranger's silent connections cost a descriptor each, never a wait in series.
+// The connections made at start-up (see the file comment); the others wait for first use. Run
+// on Asio (start_connector.hpp): every dial to a lower rank at once, the higher ranks' dials
+// accepted and admitted as their bytes arrive (a stranger's silent connections cost a
+// descriptor each, never a wait in series), the store asked every 250 ms whether a rank was lost.
 inline void host_mesh::connect_at_start(deadline dl) {
   std::vector<char> now(static_cast<std::size_t>(size_), 0);
   for (int p = 0; p < size_; ++p)
     now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || !peers_[static_cast<std::size_t>(p)].on_ctl);
+  std::vector<start_connector::target> lower;
   for (int j = 0; j < rank_; ++j)
-    if (now[static_cast<std::size_t>(j)]) dial(j, dl, /*at_start=*/true);
-  const auto missing = [&] {
+    if (now[static_cast<std::size_t>(j)]) lower.push_back({j, listener_of(j)});
+  start_connector::hooks h = connector_hooks(dl);
+  // A higher rank that has finished its set-up may already dial for its first operation: it is
+  // admitted too, but only the ones awaited here count.
+  h.awaited = [&] {
     std::string who;
     for (int j = rank_ + 1; j < size_; ++j)
       if (now[static_cast<std::size_t>(j)] && !peers_[static_cast<std::size_t>(j)].tcp().connected()) who += (who.empty() ? "" : ", ") + std::to_string(j);
     return who;
   };
-  auto next_lost_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-  waiter::poll_set& ps = waiter::thread_set();
-  for (std::string who = missing(); !who.empty(); who = missing()) {
-    const auto t = std::chrono::steady_clock::now();
-    if (t >= dl) throw error(errc::timeout, "rank " + std::to_string(rank_) + ": timed out waiting for ranks " + who + " to connect");
-    // Between waits, ask the store whether a rank was lost: a rank that died before connecting
-    // must not keep this one waiting until the set-up deadline.
-    if (t >= next_lost_check) {
-      next_lost_check = t + std::chrono::milliseconds(250);
-      if (store_->check("gsync/lost", dl))
-        throw error(errc::peer_lost, "rank " + std::to_string(rank_) + ": while waiting for higher ranks to connect: " + store_->get("gsync/lost", dl));
-    }
-    ps.clear();
-    ps.add(acc_.native_handle(), POLLIN, listener_slot);
-    admitting_.watch(ps, admit_slot);
-    ::poll(ps.fds.data(), ps.size(), static_cast<int>(std::min<std::int64_t>(50, detail::ms_left(dl))));
-    // A higher rank that has finished its set-up may already dial for its first operation: it
-    // is admitted too, but only the ones awaited here count.
-    accept_ready(dl);
-    admit_some();
+  h.check_lost = [&] {
+    if (store_->check("gsync/lost", dl))
+      throw error(errc::peer_lost, "while waiting for higher ranks to connect: " + store_->get("gsync/lost", dl));
+  };
+  // At start-up a refused dial is retried (the peer may not listen yet), but not in a shrink's
+  // set-up, whose members all listen before they publish their records (shrink.ipp).
+  start_connector c(io_, key_, admitting_, my_hello(), log_, opt_.congestion, !rec_.rejoining, std::move(h));
+  try {
+    c.run(lower, &acc_, dl);
+  } catch (const error& e) {
+    throw error(e.kind(), "rank " + std::to_string(rank_) + ": " + e.what());
   }
 }
 
-// Dials lower rank `peer` (see the file comment) and attaches the connection to its TCP link. At
-// start-up a refused connection is retried (the peer may not listen yet); later the peer's
-// listener is known to be up, so a refusal means it is gone; so it does in a shrink's set-up,
-// whose members all listen before they publish their records (shrink.ipp).
-inline void host_mesh::dial(int peer, deadline dl, bool at_start) {
+// What the start-up connector and a dial on first use ask of the mesh: socket options, and a
+// connection through (dialed, or accepted with a good hello) attached to its peer's TCP link.
+inline start_connector::hooks host_mesh::connector_hooks(deadline) {
+  start_connector::hooks h;
+  h.tune = [this](detail::net::tcp_socket& s) { tune(s); };
+  h.dialed = [this](int peer, detail::net::tcp_socket& s) {
+    peers_[static_cast<std::size_t>(peer)].tcp().attach(s.release());  // the TCP link owns the socket from here
+    ++connected_;
+  };
+  h.admit = [this](const hello& hl, detail::net::tcp_socket& s) {
+    if (!good_hello(hl)) return false;
+    peers_[static_cast<std::size_t>(hl.rank)].tcp().attach(s.release());
+    ++connected_;
+    return true;
+  };
+  h.awaited = [] { return std::string(); };
+  h.check_lost = [] {};
+  return h;
+}
+
+// This rank's hello on the connections it dials.
+inline records::hello host_mesh::my_hello() const noexcept {
+  hello h;
+  h.rank = rank_;
+  h.size = size_;
+  h.nonce = nonce_;
+  return h;
+}
+
+// Lower rank `peer`'s listener, from its set-up record.
+inline asio::ip::tcp::endpoint host_mesh::listener_of(int peer) const {
   const bootstrap::rank_record& r = records_[static_cast<std::size_t>(peer)];
-  const std::string who = "rank " + std::to_string(peer);
   asio::error_code ec;
   const auto addr = asio::ip::make_address(r.address, ec);
-  if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of " + who);
-  const asio::ip::tcp::endpoint ep(addr, r.port);
-  std::unique_ptr<detail::net::tcp_socket> s;
+  if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of rank " + std::to_string(peer));
+  return asio::ip::tcp::endpoint(addr, r.port);
+}
+
+// Dials lower rank `peer` when an operation first needs it (see the file comment) and attaches
+// the connection to its TCP link: its listener is known to be up, so a refusal means it is gone.
+// Failures go through the failure protocol, so that the peers hear of them too.
+inline void host_mesh::dial(int peer, deadline dl) {
+  const std::string who = "rank " + std::to_string(peer);
   try {
-    for (auto backoff = std::chrono::milliseconds(2);; backoff = std::min(2 * backoff, std::chrono::milliseconds(100))) {
-      s = std::make_unique<detail::net::tcp_socket>(detail::connect_retry(io_, ep, dl, who, opt_.congestion, /*retry_refused=*/at_start && !rec_.rejoining));
-      tune(*s);
-      try {
-        bootstrap::auth::client_handshake(s->native_handle(), key_, dl, who);
-        break;
-      } catch (const error& e) {
-        // Closed before the handshake ended, by a listener that was up a moment ago: the peer may
-        // have dropped this connection to make room among a stranger's (accept_ready). Dial
-        // again; a peer that is gone refuses the next connection.
-        if (e.kind() != errc::peer_lost || std::chrono::steady_clock::now() + backoff >= dl) throw;
-        admitting_.rejected().warn(log_, "dialing " + who + ": the connection was closed during the handshake; dialing again");
-        std::this_thread::sleep_for(backoff);
-      }
-    }
-    hello h;
-    h.rank = rank_;
-    h.size = size_;
-    h.nonce = nonce_;
-    detail::write_all(s->native_handle(), &h, sizeof h, dl, who);
+    start_connector c(io_, key_, admitting_, my_hello(), log_, opt_.congestion, /*retry_refused=*/false, connector_hooks(dl));
+    c.run({{peer, listener_of(peer)}}, nullptr, dl);
   } catch (const error& e) {
-    if (at_start) throw;
-    // In an operation: through the failure protocol, so that the peers hear of it too.
     if (e.kind() == errc::peer_lost)
       lost(peer, "rank " + std::to_string(rank_) + ": could not connect to " + who + " (" + e.what() + "): it exited or crashed");
     fail(e.kind(), "rank " + std::to_string(rank_) + ": connecting to " + who + ": " + e.what());
   }
-  peers_[static_cast<std::size_t>(peer)].tcp().attach(s->release());  // the TCP link owns the socket from here
-  ++connected_;
 }
 
 // The dialing rank's hello, checked: true when it names a rank of this job above this one that
@@ -175,7 +181,7 @@ inline void host_mesh::serve_dialers(const waiter::poll_set* ps, deadline dl) {
 // goes over TCP; others were connected at start-up.
 inline void host_mesh::ensure_connected(int peer, deadline dl, message_id id) {
   if (peers_[static_cast<std::size_t>(peer)].tcp().connected()) return;
-  if (peer < rank_) return dial(peer, dl, /*at_start=*/false);
+  if (peer < rank_) return dial(peer, dl);
   while (!peers_[static_cast<std::size_t>(peer)].tcp().connected()) wait_progress(peer, dl, id);
 }
 

@@ -18,7 +18,7 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
   check_peer(peer);
   // A lower rank not connected yet is dialed now; frames for a higher one wait in its queue
   // until it dials this rank (connect.ipp).
-  if (unconnected(peer) && peer < rank_) dial(peer, std::chrono::steady_clock::now() + dial_timeout_, /*at_start=*/false);
+  if (unconnected(peer) && peer < rank_) dial(peer, std::chrono::steady_clock::now() + dial_timeout_);
   const frame_header h = make_header(id, n);
   link_port& l = data_link(peer);
   const auto post = [&](const frame_header& fh, const std::byte* p, std::size_t k) {

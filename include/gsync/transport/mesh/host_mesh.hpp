@@ -72,6 +72,7 @@
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/mesh/stall_monitor.hpp"
+#include "gsync/transport/mesh/start_connector.hpp"
 #include "gsync/transport/mesh/waiter.hpp"
 #include "gsync/transport/shm.hpp"
 #include "gsync/core/host_options.hpp"
@@ -238,7 +239,10 @@ class host_mesh {
   void tune(detail::net::tcp_socket& s);
   // Connections (connect.ipp).
   void connect_at_start(deadline dl);
-  void dial(int peer, deadline dl, bool at_start);
+  void dial(int peer, deadline dl);
+  start_connector::hooks connector_hooks(deadline dl);
+  records::hello my_hello() const noexcept;
+  asio::ip::tcp::endpoint listener_of(int peer) const;
   void accept_ready(deadline dl);
   void admit_some();
   void watch_dialers(waiter::poll_set& ps, int in_peer);
