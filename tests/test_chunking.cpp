@@ -270,3 +270,23 @@ TEST_CASE("block_layout: covered columns of every block cut into the same bounde
     CHECK(out_l.segment(0, k).offset == in_l.segment(3, k).offset - 300);
   }
 }
+
+TEST_CASE("for_each_piece: pieces in order, each at most the width, covering the buffer once; a width of 0 counts as 1") {
+  for (std::size_t count : {0, 1, 7, 64, 1000})
+    for (std::size_t width : {0, 1, 3, 64, 5000}) {
+      CAPTURE(count);
+      CAPTURE(width);
+      std::vector<gsync::range> seen;
+      gsync::for_each_piece(count, width, [&](gsync::range r) { seen.push_back(r); });
+      const std::size_t w = std::max<std::size_t>(1, width);
+      CHECK(seen.size() == (count + w - 1) / w);
+      std::size_t at = 0;
+      for (const auto& r : seen) {
+        CHECK(r.offset == at);
+        CHECK(r.count >= 1);
+        CHECK(r.count <= w);
+        at += r.count;
+      }
+      CHECK(at == count);
+    }
+}

@@ -56,9 +56,7 @@ struct binomial_tree {
     const std::size_t count = p.count();
     if (n == 1) return p.copy_final(p.out({0, count}), p.in({0, count}));
     const int v = wrap(r - root, n);
-    const std::size_t piece = std::max<std::size_t>(1, p.scratch_elems());
-    for (std::size_t col = 0; col < count; col += piece) {
-      const range mine{col, std::min(piece, count - col)};
+    for_each_piece(count, p.scratch_elems(), [&](const range mine) {
       const auto acc = v == 0 ? p.out(mine) : p.scratch({0, mine.count});
       bool combined = false;  // acc holds a partial (else the partial is still just the input)
       for (int mask = 1; mask < n; mask <<= 1) {
@@ -73,7 +71,7 @@ struct binomial_tree {
           combined = true;
         }
       }
-    }
+    });
   }
 };
 

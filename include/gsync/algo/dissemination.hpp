@@ -87,8 +87,8 @@ struct dissemination {
     const std::size_t width = std::min(c, p.scratch_elems() / static_cast<std::size_t>(n));  // columns per piece
     int top = 1;
     while (top * 2 < n) top *= 2;  // the largest distance
-    for (std::size_t col = 0; col < c; col += width) {
-      const std::size_t w = std::min(width, c - col);
+    for_each_piece(c, width, [&](const range piece) {
+      const std::size_t col = piece.offset, w = piece.count;
       for (int b = 0; b < n; ++b)  // partials: block b's columns of this piece at b*w
         p.copy(p.scratch({static_cast<std::size_t>(b) * w, w}), p.in({static_cast<std::size_t>(b) * c + col, w}));
       for (int d = top; d >= 1; d >>= 1) {
@@ -100,7 +100,7 @@ struct dissemination {
         });
       }
       p.finish();  // the next piece reuses the scratch
-    }
+    });
   }
 };
 

@@ -94,9 +94,9 @@ struct ring {
     const std::size_t c = p.count();
     if (n == 1) return p.copy_final(p.out({0, c}), p.in({0, c}));
     const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
-    const std::size_t width = n > 2 ? std::max<std::size_t>(1, p.scratch_elems() / static_cast<std::size_t>(n - 2)) : c;
-    for (std::size_t col = 0; col < c; col += width) {
-      const std::size_t w = std::min(width, c - col);
+    const std::size_t width = n > 2 ? p.scratch_elems() / static_cast<std::size_t>(n - 2) : c;
+    for_each_piece(c, width, [&](const range piece) {
+      const std::size_t col = piece.offset, w = piece.count;
       const block_layout in_l(c, col, w, p.segment_elems());   // N input blocks
       const block_layout out_l(0, col, w, p.segment_elems());  // the one output block
       const block_layout tmp_l(w, 0, w, p.segment_elems());    // scratch slot s = partial of step s
@@ -110,7 +110,7 @@ struct ring {
         }
       }
       p.finish();
-    }
+    });
   }
 
   /// Ring allgather: `p.count()` = c elements per block; the input is one block, the output N
@@ -187,9 +187,8 @@ struct ring {
     if (n == 1) return p.copy_final(p.out({0, count}), p.in({0, count}));
     const int v = wrap(r - root, n);
     const int up = wrap(r + 1, n), down = wrap(r - 1, n);
-    const std::size_t piece = std::max<std::size_t>(1, p.scratch_elems());
-    for (std::size_t col = 0; col < count; col += piece) {
-      const std::size_t w = std::min(piece, count - col);
+    for_each_piece(count, p.scratch_elems(), [&](const range piece) {
+      const std::size_t col = piece.offset, w = piece.count;
       const block_layout L(0, col, w, p.segment_elems());
       const block_layout tmp(0, 0, w, p.segment_elems());
       for (std::size_t k = 0; k < L.segments(); ++k) {
@@ -198,7 +197,7 @@ struct ring {
         else p.recv_reduce_send(up, down, p.scratch(tmp.segment(0, k)), p.in(L.segment(0, k)), false);
       }
       if (v != 0 && v != n - 1) p.finish();  // the scratch is reused by the next piece
-    }
+    });
     p.finish();
   }
 

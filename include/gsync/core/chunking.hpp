@@ -26,6 +26,17 @@ constexpr range split(std::size_t count, std::size_t parts, std::size_t i) noexc
   return {i * q + std::min(i, rem), q + (i < rem ? 1 : 0)};
 }
 
+/// Walks `count` elements in pieces of `width` columns (at least 1; the last piece may be shorter),
+/// calling `f(range)` for each in order: the loop of the schedules that keep partials in the
+/// communicator's fixed scratch (ring and binomial-tree reduce, ring and dissemination
+/// reduce-scatter). Each piece is a whole run of the schedule over its columns; `f` ends it with
+/// `finish()` where the next piece reuses the scratch.
+template <class F>
+constexpr void for_each_piece(std::size_t count, std::size_t width, F&& f) {
+  width = std::max<std::size_t>(1, width);
+  for (std::size_t col = 0; col < count; col += width) f(range{col, std::min(width, count - col)});
+}
+
 /// Ceiling division for sizes.
 constexpr std::size_t ceil_div(std::size_t a, std::size_t b) noexcept { return (a + b - 1) / b; }
 
