@@ -271,7 +271,7 @@ TEST_CASE("block_layout: covered columns of every block cut into the same bounde
   }
 }
 
-TEST_CASE("for_each_piece: pieces in order, each at most the width, covering the buffer once; a width of 0 counts as 1") {
+TEST_CASE("for_each_piece: pieces in order, each at most the width, covering the buffer once, a width of 0 counting as 1") {
   for (std::size_t count : {0, 1, 7, 64, 1000})
     for (std::size_t width : {0, 1, 3, 64, 5000}) {
       CAPTURE(count);
