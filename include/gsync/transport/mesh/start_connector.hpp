@@ -11,8 +11,10 @@
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
-#include <asio/write.hpp>
+#include <asio/socket_base.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -92,6 +94,7 @@ class start_connector {
     std::unique_ptr<bootstrap::auth::client_steps> hs;
     std::string out;
     std::array<std::uint8_t, bootstrap::auth::challenge_bytes> in{};
+    std::size_t got = 0;  // bytes of `in` read
     dial(asio::io_context& io, const target& t_) : t(t_), retry(io) {}
   };
   std::string who(const dial& d) const { return "rank " + std::to_string(d.t.rank); }
@@ -163,25 +166,60 @@ class start_connector {
     h_.tune(*d.s);
     d.hs = std::make_unique<bootstrap::auth::client_steps>(key_);
     d.out = d.hs->hello();
-    asio::async_write(*d.s, asio::buffer(d.out), [this, &d](const asio::error_code& e2, std::size_t) {
-      guarded([&] {
-        if (e2) return lost_in_handshake(d, e2);
-        asio::async_read(*d.s, asio::buffer(d.in), [this, &d](const asio::error_code& e3, std::size_t) { guarded([&] { challenged(d, e3); }); });
-      });
-    });
+    d.got = 0;
+    write_out(d, [this, &d] { read_challenge(d); });
   }
-  void challenged(dial& d, const asio::error_code& e) {
-    if (e) return lost_in_handshake(d, e);
+  // The handshake's few bytes go with non-blocking calls and a wait for readiness when the socket
+  // has no room or no bytes: Asio's composed reads and writes would cost every translation unit
+  // that includes the mesh more to compile, for messages of tens of bytes.
+  template <class Then>
+  void write_out(dial& d, Then then) {
+    while (!d.out.empty()) {
+      const ssize_t w = ::send(d.s->native_handle(), d.out.data(), d.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        d.out.erase(0, static_cast<std::size_t>(w));
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        d.s->async_wait(asio::socket_base::wait_write, [this, &d, then](const asio::error_code& e) {
+          guarded([&] {
+            if (e) return lost_in_handshake(d, e);
+            write_out(d, then);
+          });
+        });
+        return;
+      }
+      return lost_in_handshake(d, asio::error_code(errno, asio::system_category()));
+    }
+    then();
+  }
+  void read_challenge(dial& d) {
+    while (d.got < d.in.size()) {
+      const ssize_t r = ::recv(d.s->native_handle(), d.in.data() + d.got, d.in.size() - d.got, MSG_DONTWAIT);
+      if (r > 0) {
+        d.got += static_cast<std::size_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        d.s->async_wait(asio::socket_base::wait_read, [this, &d](const asio::error_code& e) {
+          guarded([&] {
+            if (e) return lost_in_handshake(d, e);
+            read_challenge(d);
+          });
+        });
+        return;
+      }
+      return lost_in_handshake(d, r == 0 ? asio::error::eof : asio::error_code(errno, asio::system_category()));
+    }
     d.out = d.hs->prove(d.in.data(), who(d));  // throws errc::auth_failed for another key
     d.out.append(reinterpret_cast<const char*>(&hello_), sizeof hello_);
-    asio::async_write(*d.s, asio::buffer(d.out), [this, &d](const asio::error_code& e2, std::size_t) {
-      guarded([&] {
-        if (e2) return lost_in_handshake(d, e2);
-        h_.dialed(d.t.rank, *d.s);
-        d.s.reset();
-        --pending_;
-        check_done();
-      });
+    write_out(d, [this, &d] {
+      h_.dialed(d.t.rank, *d.s);
+      d.s.reset();
+      --pending_;
+      check_done();
     });
   }
   // Closed before the handshake ended, by a listener that was up a moment ago: the peer may have
