@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -87,22 +86,49 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Round trips of `n` bytes, `iters` times: the echo side on a thread, the timing side here.
-template <class Send, class Recv>
-double ping_pong(std::size_t n, int iters, Send&& send_a, Recv&& recv_a, Send&& send_b, Recv&& recv_b) {
+// One end of the connection, the data path's way.
+struct raw_end {
+  int fd;
+  void send(const char* d, std::size_t k) { raw_send(fd, d, k); }
+  void recv(char* d, std::size_t k) { raw_recv(fd, d, k); }
+};
+
+// One end, Asio's way: the waiting thread runs its io_context (the same spin, then it blocks).
+struct asio_end {
+  socket_t& s;
+  asio::io_context& io;
+  void run() {
+    io.restart();
+    const auto until = clk::now() + std::chrono::microseconds(spin_us);
+    while (!io.stopped() && clk::now() < until) io.poll();
+    io.run();
+  }
+  void send(const char* d, std::size_t k) {
+    asio::async_write(s, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
+    run();
+  }
+  void recv(char* d, std::size_t k) {
+    asio::async_read(s, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
+    run();
+  }
+};
+
+// Round trips of `n` bytes, `iters` times: the echo end `b` on a thread, the timed end `a` here.
+template <class End>
+double ping_pong(std::size_t n, int iters, End a, End b) {
   std::vector<char> x(n, 'x'), y(n);
   std::thread echo([&] {
     std::vector<char> buf(n);
     for (int i = 0; i < iters + 10; ++i) {
-      recv_b(buf.data(), n);
-      send_b(buf.data(), n);
+      b.recv(buf.data(), n);
+      b.send(buf.data(), n);
     }
   });
   std::vector<double> us;
   for (int i = 0; i < iters + 10; ++i) {
     const auto t0 = clk::now();
-    send_a(x.data(), n);
-    recv_a(y.data(), n);
+    a.send(x.data(), n);
+    a.recv(y.data(), n);
     if (i >= 10) us.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
   }
   echo.join();
@@ -117,44 +143,9 @@ int main(int argc, char** argv) {
   std::printf("spin before sleeping: %d us\n\n| bytes | raw calls, median round trip us | Asio async, us | Asio / raw |\n|---:|---:|---:|---:|\n");
   for (std::size_t n : {std::size_t{8}, std::size_t{2048}, std::size_t{65536}, std::size_t{1} << 20}) {
     const int it = n >= (std::size_t{1} << 20) ? std::max(50, iters / 20) : iters;
-    double raw_us, asio_us;
-    {
-      pair_of p;
-      const int fa = p.a.native_handle(), fb = p.b.native_handle();
-      auto sa = [&](const char* d, std::size_t k) { raw_send(fa, d, k); };
-      auto ra = [&](char* d, std::size_t k) { raw_recv(fa, d, k); };
-      auto sb = [&](const char* d, std::size_t k) { raw_send(fb, d, k); };
-      auto rb = [&](char* d, std::size_t k) { raw_recv(fb, d, k); };
-      raw_us = ping_pong(n, it, std::function<void(const char*, std::size_t)>(sa), std::function<void(char*, std::size_t)>(ra),
-                         std::function<void(const char*, std::size_t)>(sb), std::function<void(char*, std::size_t)>(rb));
-    }
-    {
-      pair_of p;
-      auto run = [](asio::io_context& io) {  // the same spin, then block
-        io.restart();
-        const auto until = clk::now() + std::chrono::microseconds(spin_us);
-        while (!io.stopped() && clk::now() < until) io.poll();
-        io.run();
-      };
-      auto sa = [&](const char* d, std::size_t k) {
-        asio::async_write(p.a, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
-        run(p.io_a);
-      };
-      auto ra = [&](char* d, std::size_t k) {
-        asio::async_read(p.a, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
-        run(p.io_a);
-      };
-      auto sb = [&](const char* d, std::size_t k) {
-        asio::async_write(p.b, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
-        run(p.io_b);
-      };
-      auto rb = [&](char* d, std::size_t k) {
-        asio::async_read(p.b, asio::buffer(d, k), [](const asio::error_code&, std::size_t) {});
-        run(p.io_b);
-      };
-      asio_us = ping_pong(n, it, std::function<void(const char*, std::size_t)>(sa), std::function<void(char*, std::size_t)>(ra),
-                          std::function<void(const char*, std::size_t)>(sb), std::function<void(char*, std::size_t)>(rb));
-    }
+    pair_of p, q;
+    const double raw_us = ping_pong(n, it, raw_end{p.a.native_handle()}, raw_end{p.b.native_handle()});
+    const double asio_us = ping_pong(n, it, asio_end{q.a, q.io_a}, asio_end{q.b, q.io_b});
     std::printf("| %zu | %.1f | %.1f | %.2f |\n", n, raw_us, asio_us, asio_us / raw_us);
   }
 }

@@ -38,40 +38,29 @@ TEST_CASE("deterministic mode: the choices see assumed (or given) links even whe
   // deterministic: its placement carries the assumed links, with the given latency.
   const auto port = gsync_test::free_port();
   constexpr int n = 3;
-  std::mutex m;
-  std::vector<std::string> errs;
-  std::vector<std::thread> th;
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] {
-      try {
-        gsync::transport::host_options opt;
-        opt.net_probe = true;
-        opt.net_latency_us = 7;
-        auto x = std::make_unique<gsync::transport::tcp>(gsync_test::test_launch_info(r, n, port, "det-host-" + std::to_string(r)),
-                                                         10s, gsync::logger(r), opt);
-        x->measure_links(10s);  // as join does, which a deterministic communicator's skips
-        gsync::config cfg = gsync_test::with_timeout(20s);
-        cfg.deterministic = true;
-        cfg.transport = opt;
-        gsync::tcp_communicator comm(std::move(x), cfg);
-        const auto& measured = comm.transport().topo().links();
-        const auto& seen = comm.placement().links();
-        std::string e;
-        if (!measured || !measured->measured) e = "the transport did not measure its links";
-        else if (!seen || seen->measured) e = "the placement carries measured links";
-        else if (seen->alpha_us != 7.0 || seen->beta_us_per_byte != gsync::link_estimate{}.beta_us_per_byte) e = "not the assumed links with the given latency";
-        std::vector<float> v(1000, 1.0f);
-        gsync::allreduce(comm, std::span<float>{v});
-        if (v[999] != 3.0f) e += " wrong sum";
-        std::lock_guard lk(m);
-        if (!e.empty()) errs.push_back("rank " + std::to_string(r) + ": " + e);
-      } catch (const std::exception& ex) {
-        std::lock_guard lk(m);
-        errs.push_back("rank " + std::to_string(r) + ": " + ex.what());
-      }
-    });
-  for (auto& t : th) t.join();
-  for (const auto& e : errs) FAIL_CHECK(e);
+  for (const auto& e : gsync_test::rank_errors(n, [&](int r) {
+         gsync::transport::host_options opt;
+         opt.net_probe = true;
+         opt.net_latency_us = 7;
+         auto x = std::make_unique<gsync::transport::tcp>(gsync_test::test_launch_info(r, n, port, "det-host-" + std::to_string(r)),
+                                                          10s, gsync::logger(r), opt);
+         x->measure_links(10s);  // as join does, which a deterministic communicator's skips
+         gsync::config cfg = gsync_test::with_timeout(20s);
+         cfg.deterministic = true;
+         cfg.transport = opt;
+         gsync::tcp_communicator comm(std::move(x), cfg);
+         const auto& measured = comm.transport().topo().links();
+         const auto& seen = comm.placement().links();
+         std::string e;
+         if (!measured || !measured->measured) e = "the transport did not measure its links";
+         else if (!seen || seen->measured) e = "the placement carries measured links";
+         else if (seen->alpha_us != 7.0 || seen->beta_us_per_byte != gsync::link_estimate{}.beta_us_per_byte) e = "not the assumed links with the given latency";
+         std::vector<float> v(1000, 1.0f);
+         gsync::allreduce(comm, std::span<float>{v});
+         if (v[999] != 3.0f) e += " wrong sum";
+         return e;
+       }))
+    FAIL_CHECK(e);
 }
 
 TEST_CASE("deterministic mode: the same job run twice gives the same bits") {

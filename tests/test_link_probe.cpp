@@ -110,29 +110,19 @@ TEST_CASE("link probe: ranks on several hosts measure their links at start-up, b
 TEST_CASE("link probe: the transport's constructor assumes the links, measure_links (as join calls it) times them") {
   const auto port = gsync_test::free_port();
   constexpr int n = 3;
-  std::mutex m;
-  std::vector<std::string> errs;
-  std::vector<std::thread> th;
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] {
-      std::string e;
-      try {
-        gsync::transport::host_options opt;
-        opt.net_probe = true;
-        gsync::transport::tcp x(gsync_test::test_launch_info(r, n, port, "ml-host-" + std::to_string(r)), std::chrono::seconds(10), gsync::logger(r), opt);
-        const auto before = x.topo().links();
-        if (!before || before->measured) e += " constructed: links not assumed;";
-        x.measure_links(std::chrono::seconds(10));
-        const auto after = x.topo().links();
-        if (!after || !after->measured) e += " measure_links: links not measured;";
-      } catch (const std::exception& ex) {
-        e += ex.what();
-      }
-      std::lock_guard lk(m);
-      if (!e.empty()) errs.push_back("rank " + std::to_string(r) + ":" + e);
-    });
-  for (auto& t : th) t.join();
-  for (const auto& e : errs) FAIL_CHECK(e);
+  for (const auto& e : gsync_test::rank_errors(n, [&](int r) {
+         gsync::transport::host_options opt;
+         opt.net_probe = true;
+         gsync::transport::tcp x(gsync_test::test_launch_info(r, n, port, "ml-host-" + std::to_string(r)), std::chrono::seconds(10), gsync::logger(r), opt);
+         std::string e;
+         const auto before = x.topo().links();
+         if (!before || before->measured) e += "constructed: links not assumed; ";
+         x.measure_links(std::chrono::seconds(10));
+         const auto after = x.topo().links();
+         if (!after || !after->measured) e += "measure_links: links not measured";
+         return e;
+       }))
+    FAIL_CHECK(e);
 }
 
 TEST_CASE("link probe: one host never probes") {

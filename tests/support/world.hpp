@@ -68,6 +68,29 @@ void run_threads(int n, Make make, F f) {
   if (!first_error.empty()) throw std::runtime_error(first_error);
 }
 
+/// Runs f(r) on n threads, one per rank, each returning what it found wrong ("" for nothing; an
+/// exception counts as its message), and returns "rank R: ..." for every rank that found something:
+/// for tests whose ranks build their transport themselves.
+template <class F>
+std::vector<std::string> rank_errors(int n, F f) {
+  std::mutex m;
+  std::vector<std::string> errs;
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      std::string e;
+      try {
+        e = f(r);
+      } catch (const std::exception& ex) {
+        e = ex.what();
+      }
+      std::lock_guard lk(m);
+      if (!e.empty()) errs.push_back("rank " + std::to_string(r) + ": " + e);
+    });
+  for (auto& t : th) t.join();
+  return errs;
+}
+
 /// n ranks over the in-process transport.
 template <class F>
 void run_inproc(int n, F f, gsync::config cfg = {}) {
