@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -276,6 +278,93 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   pred.msg(heartbeat::lost_silent, 9, "no such rank");  // out of range: ignored
   pred.msg(heartbeat::beat);
   CHECK_FALSE(box.wait(2, hb.period() * 3));
+}
+
+TEST_CASE("heartbeat: a stranger that says nothing is dropped at the handshake's limit, while the neighbour's beats go on") {
+  // Each connection has its own time limit (heartbeat_flow.ipp, arm_timer / on_timer): the
+  // stranger's (2 s) runs beside the neighbour's silence deadline and the beat.
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
+  heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
+  hb.ring("127.0.0.1", 0, 7, box.fn());
+  peer pred;
+  pred.join(hb.port(), 1, 2, 7);
+  peer stranger;
+  stranger.dial(hb.port());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point dropped{};
+  std::string in;
+  int beats = 0;
+  while (dropped == std::chrono::steady_clock::time_point{} && std::chrono::steady_clock::now() - t0 < 5s) {
+    pred.msg(heartbeat::beat);  // a live neighbour
+    char b[4096];
+    for (ssize_t r; (r = ::recv(pred.fd, b, sizeof b, MSG_DONTWAIT)) > 0;) in.append(b, static_cast<std::size_t>(r));
+    heartbeat::msg_header h;
+    std::string text;
+    while (heartbeat::take_message(in, h, text) > 0) beats += h.k == heartbeat::beat;
+    if (::recv(stranger.fd, b, sizeof b, MSG_DONTWAIT) == 0) dropped = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(hb.period() / 2);
+  }
+  REQUIRE(dropped != std::chrono::steady_clock::time_point{});
+  CHECK(dropped - t0 >= 1900ms);  // not before the limit (a connect takes well under 100 ms here)
+  CHECK(dropped - t0 < 3500ms);
+  CHECK(beats >= 8);  // about 20 beats in 2 s: the heartbeat went on beating meanwhile
+  CHECK(box.size() == 0);  // the neighbour was heard all along, and a stranger is nobody's loss
+}
+
+TEST_CASE("heartbeat: silence is reported soon after dead_after, not at the handshake's limit") {
+  // A connection that passed its handshake moves its timer to the silence deadline
+  // (heartbeat_flow.ipp, went_up): dead_after (600 ms here) is shorter than a stranger's 2 s.
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
+  heartbeat hb(loopback, 0, 2, 1000ms, no_key, gsync::logger(0));
+  hb.ring("127.0.0.1", 0, 8, box.fn());
+  peer p;
+  p.join(hb.port(), 1, 2, 8);
+  p.msg(heartbeat::beat);
+  const auto last = std::chrono::steady_clock::now();
+  REQUIRE(box.wait(1, 5s));
+  CHECK(box.at(0).silent);
+  CHECK(box.when_at(0) - last >= hb.dead_after());
+  CHECK(box.when_at(0) - last < hb.dead_after() + 700ms);
+}
+
+TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried") {
+  // The successor's listener takes each connection and closes it at once: the dial fails in its
+  // handshake and is tried again every period (heartbeat.ipp, retry_dial) until max(dead_after,
+  // 2 s), which is also when ring() returns; the heartbeat is destroyed then, its retry timer or
+  // a connect pending, without reporting anyone and without waiting for them.
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(lfd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 16) == 0);
+  REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  std::atomic<int> dials{0};
+  std::atomic<bool> done{false};
+  std::thread successor([&] {
+    while (!done.load()) {
+      if (!gsync::detail::wait_fd(lfd, POLLIN, std::chrono::steady_clock::now() + 50ms)) continue;
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++dials;
+      ::close(fd);  // gone during the handshake
+    }
+  });
+  news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
+  std::chrono::steady_clock::duration destroying{};
+  auto hb = std::make_unique<heartbeat>(loopback, 0, 3, 1000ms, no_key, gsync::logger(0));
+  hb->ring("127.0.0.1", ntohs(a.sin_port), 9, box.fn());  // returns after 2 s: the dial never got through
+  const auto t = std::chrono::steady_clock::now();
+  hb.reset();
+  destroying = std::chrono::steady_clock::now() - t;
+  done = true;
+  successor.join();
+  ::close(lfd);
+  CHECK(dials.load() >= 3);  // it did retry (every 100 ms for 2 s)
+  CHECK(destroying < 1s);
+  CHECK(box.size() == 0);  // a refused successor is not a loss
 }
 
 TEST_CASE("heartbeat: idle worlds report nobody, and health() stays ok, for several liveness periods") {

@@ -24,36 +24,31 @@
 /// set-up has ended (`ring`). A neighbour not connected yet is not watched, and a successor that
 /// refuses the connection until `dead_after` (at least 2 s) has left already: not a loss.
 /// Strangers on the listener get the handshake's time limit and are dropped.
+///
+/// The thread runs an Asio io_context of its own: the listener's accepts, the dial and its
+/// retries, each connection's reads and writes (non-blocking calls when Asio says the socket is
+/// ready: Asio's composed reads and writes would cost every file that compiles the set-up more),
+/// the beat, each connection's time limit; `ring()` and the destructor post to it.
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <functional>
-#include <memory>
+#include <list>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "gsync/bootstrap/auth.hpp"
+#include "gsync/bootstrap/socket.hpp"
 #include "gsync/core/error.hpp"
 #include "gsync/core/log.hpp"
-#include "gsync/bootstrap/socket.hpp"
+#include "gsync/transport/mesh/heartbeat_conn.hpp"
 
 namespace gsync::transport {
 
@@ -129,63 +124,90 @@ class heartbeat {
   std::chrono::milliseconds dead_after() const noexcept { return dead_after_; }
 
  private:
+  using conn = heartbeat_conn;
+  using clock = std::chrono::steady_clock;
   static constexpr std::size_t max_pending = 16;  // strangers being authenticated at once
-  // One connection: to the successor (dialed), from the predecessor, or one being admitted.
-  struct conn {
-    int fd = -1;
-    enum role_t { dialing, admitting, up } role = admitting;
-    bool outgoing = false;  // dialed by this rank (to the successor)
-    int peer = -1;          // the neighbour, once known
-    int step = 0;           // handshake progress (see drive_*)
-    std::unique_ptr<bootstrap::auth::server_handshake> hs;
-    bootstrap::auth::nonce nc{};
-    std::uint64_t nonce = 0;  // the job nonce its hello named (checked once ring() gave this rank's)
-    std::string in, out;
-    std::chrono::steady_clock::time_point heard{}, until{};
+  static constexpr std::chrono::milliseconds stranger_time{2000};  // a stranger's handshake, at most
+
+  // What a handler of the thread is for. One handler type for all (`on_event`): each type
+  // instantiates Asio's operations anew, in every file that compiles the set-up.
+  enum class ev { read, write, timer, connect, broke, reap, beat, dial, accept, accept_retry, ring, stop };
+  struct on_event {
+    heartbeat* hb;
+    conn* c;       // the connection it concerns (counted in its `waits`), or none
+    ev what;
+    unsigned gen;  // ev::timer: the connection's timer_gen when it was asked
+    void operator()(const asio::error_code& e = {}) const { hb->handle(*this, e); }
   };
 
+  // The thread and its events (heartbeat.ipp).
   void run() noexcept;
-  void loop();
-  void dial(std::chrono::steady_clock::time_point now);
+  void handle(const on_event& h, const asio::error_code& e);
+  void start_ring();
+  void stop_now();
+  void beat_all();
+  void wait_accept();
+  void accept_some();
+  void dial();
+  void retry_dial(clock::time_point at);
   void settle_dial();
-  void accept_some(std::chrono::steady_clock::time_point now);
-  bool drive(conn& c, std::chrono::steady_clock::time_point now);  // false: drop it
-  bool drive_dialer(conn& c);
-  bool drive_admitter(conn& c);
-  bool read_messages(conn& c, std::chrono::steady_clock::time_point now);
-  bool flush(conn& c);
-  void send(conn& c, kind k, int rank = -1, const std::string& text = {});
   void learn(int rank, bool silent, const std::string& why, const conn* from);
-  void close_conn(conn& c) noexcept;
+  // One connection (heartbeat_flow.ipp).
+  conn& add_conn();
+  void ask(conn& c, ev what);  // posts `what` for c
+  void watch_read(conn& c);
+  void watch_write(conn& c);
+  void arm_timer(conn& c, clock::time_point at);
+  void on_connected(conn& c, const asio::error_code& e);
+  void on_readable(conn& c);
+  void on_timer(conn& c);
+  bool drive_dialer(conn& c, clock::time_point now);
+  bool drive_admitter(conn& c, clock::time_point now);
+  void went_up(conn& c, clock::time_point now);
+  bool read_messages(conn& c, clock::time_point now);
+  bool pump(conn& c);  // false: it broke, and was dropped
+  void broke(conn& c);
+  void send(conn& c, kind k, int rank = -1, const std::string& text = {});
+  void finish(conn& c);  // drops c; a dial that failed before its handshake is tried again
+  void drop(conn& c);
   std::string neighbour(const conn& c) const;
 
   int rank_, size_;
   logger log_;
   std::chrono::milliseconds period_, dead_after_;
-  int listen_fd_ = -1, wake_fd_ = -1;
+  const bootstrap::auth::job_key* key_;
   std::uint16_t port_ = 0;
-  std::thread thread_;
-  std::mutex m_;  // ring_, dial_settled_ and what ring() hands over
+  std::mutex m_;  // given_, dial_settled_
   std::condition_variable settled_cv_;
-  bool ring_ = false;
   bool dial_settled_ = false;  // the successor's connection is up, or will not be
+  struct {
+    std::string succ_addr;
+    std::uint16_t succ_port = 0;
+    std::uint64_t nonce = 0;
+    news_fn on_news;
+  } given_;         // what ring() hands over
+  bool bye_ = true;  // say goodbye when stopping (not when the owner unwinds from an error); set before the stop is posted
+  // The io_context first: it dies last, after every socket and timer that uses it. Thread-owned
+  // from here, once the thread runs (the constructor arms the first waits before it starts).
+  asio::io_context io_;
+  asio::ip::tcp proto_;
+  detail::net::tcp_acceptor acc_;
+  detail::net::steady_timer beat_timer_, dial_timer_, accept_retry_;
+  std::list<conn> conns_;  // stable addresses: handlers name them
+  bool stopping_ = false;
+  bool ringing_ = false;  // ring() was called (as seen by the thread)
+  bool dialed_ = false;   // the successor's connection was made once
   std::string succ_addr_;
   std::uint16_t succ_port_ = 0;
   std::uint64_t nonce_ = 0;
-  const bootstrap::auth::job_key* key_;
   news_fn on_news_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> bye_{true};  // say goodbye when stopping (not when the owner unwinds from an error)
-  // Thread-owned from here.
-  std::vector<conn> conns_;
-  bool ringing_ = false;                                 // ring() was called (as seen by the thread)
-  bool dialed_ = false;                                  // the successor's connection was made once
-  std::chrono::steady_clock::time_point next_dial_{};    // a refused dial is retried then
-  std::chrono::steady_clock::time_point dial_give_up_{};  // and not after then
-  std::chrono::steady_clock::time_point next_beat_{};
+  clock::time_point next_dial_{};     // a refused dial is retried then
+  clock::time_point dial_give_up_{};  // and not after then
   std::set<int> known_;  // ranks whose loss this rank has heard of (reported once, passed on once)
+  std::thread thread_;   // last: joined by the destructor before anything else dies
 };
 
 }  // namespace gsync::transport
 
-#include "gsync/transport/mesh/heartbeat.ipp"  // the member functions
+#include "gsync/transport/mesh/heartbeat.ipp"       // the thread and its events
+#include "gsync/transport/mesh/heartbeat_flow.ipp"  // one connection
