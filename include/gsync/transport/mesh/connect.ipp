@@ -48,9 +48,9 @@ inline void host_mesh::connect_at_start(deadline dl) {
   };
   // At start-up a refused dial is retried (the peer may not listen yet), but not in a shrink's
   // set-up, whose members all listen before they publish their records (shrink.ipp).
-  start_connector c(io_, key_, admitting_, my_hello(), log_, opt_.congestion, !rec_.rejoining, std::move(h));
+  start_connector c(io_, key_, listener_.admitting(), my_hello(), log_, opt_.congestion, !rec_.rejoining, std::move(h));
   try {
-    c.run(lower, &acc_, dl);
+    c.run(lower, &listener_.acceptor(), dl);
   } catch (const error& e) {
     throw error(e.kind(), "rank " + std::to_string(rank_) + ": " + e.what());
   }
@@ -63,12 +63,12 @@ inline start_connector::hooks host_mesh::connector_hooks(deadline) {
   h.tune = [this](detail::net::tcp_socket& s) { tune(s); };
   h.dialed = [this](int peer, detail::net::tcp_socket& s) {
     peers_[static_cast<std::size_t>(peer)].tcp().attach(s.release());  // the TCP link owns the socket from here
-    ++connected_;
+    listener_.count_connected();
   };
   h.admit = [this](const hello& hl, detail::net::tcp_socket& s) {
     if (!good_hello(hl)) return false;
     peers_[static_cast<std::size_t>(hl.rank)].tcp().attach(s.release());
-    ++connected_;
+    listener_.count_connected();
     return true;
   };
   h.awaited = [] { return std::string(); };
@@ -97,10 +97,10 @@ inline asio::ip::tcp::endpoint host_mesh::listener_of(int peer) const {
 // Dials lower rank `peer` when an operation first needs it (see the file comment) and attaches
 // the connection to its TCP link: its listener is known to be up, so a refusal means it is gone.
 // Failures go through the failure protocol, so that the peers hear of them too.
-inline void host_mesh::dial(int peer, deadline dl) {
+inline void host_mesh::do_dial(int peer, deadline dl) {
   const std::string who = "rank " + std::to_string(peer);
   try {
-    start_connector c(io_, key_, admitting_, my_hello(), log_, opt_.congestion, /*retry_refused=*/false, connector_hooks(dl));
+    start_connector c(io_, key_, listener_.admitting(), my_hello(), log_, opt_.congestion, /*retry_refused=*/false, connector_hooks(dl));
     c.run({{peer, listener_of(peer)}}, nullptr, dl);
   } catch (const error& e) {
     if (e.kind() == errc::peer_lost)
@@ -118,32 +118,18 @@ inline bool host_mesh::good_hello(const hello& h) const {
 // Takes every connection waiting on the listener now, without blocking: each is admitted as its
 // bytes arrive, by the waits' poll loop (`admit_some`), so that a stranger that connects and stays
 // silent costs this rank nothing but a descriptor, for `admission::limit` at most.
-inline void host_mesh::accept_ready(deadline) {
-  if (!acc_.is_open()) return;
-  for (;;) {
-    auto s = std::make_unique<detail::net::tcp_socket>(io_);
-    asio::error_code ec;
-    acc_.accept(*s, ec);
-    if (ec) {
-      if (bootstrap::out_of_descriptors(ec))
-        fail(errc::system, bootstrap::fd_exhausted("rank " + std::to_string(rank_) + ": accepting a peer's connection", size_).what());
-      return;  // would block (nothing waiting), or a connection that went away before it was taken
-    }
-    detail::set_cloexec(s->native_handle());
-    tune(*s);
-    asio::error_code ig;
-    std::string from = s->remote_endpoint(ig).address().to_string();
-    admitting_.take(std::move(s), key_, std::move(from), log_);
-  }
+inline void host_mesh::do_accept_ready(deadline) {
+  if (!listener_.accept_ready(key_, log_, [this](detail::net::tcp_socket& s) { tune(s); }))
+    fail(errc::system, bootstrap::fd_exhausted("rank " + std::to_string(rank_) + ": accepting a peer's connection", size_).what());
 }
 
 // Moves every connection being admitted on by what it has sent (admission.hpp); one whose hello
 // names a rank of this job above this one with no connection yet becomes that peer's.
-inline void host_mesh::admit_some() {
-  admitting_.advance(log_, [this](const hello& h, detail::net::tcp_socket& s) {
+inline void host_mesh::do_admit_some() {
+  listener_.admitting().advance(log_, [this](const hello& h, detail::net::tcp_socket& s) {
     if (!good_hello(h)) return false;
     peers_[static_cast<std::size_t>(h.rank)].tcp().attach(s.release());  // the TCP link owns the socket from here
-    ++connected_;
+    listener_.count_connected();
     return true;
   });
 }
@@ -156,8 +142,7 @@ inline void host_mesh::watch_dialers(waiter::poll_set& ps, int in_peer) {
   for (int p = 0; p < size_ && !awaiting; ++p) awaiting = !peers_[p].by_doorbell() && !peers_[p].q().empty() && unconnected(p);
   if (awaiting) check_lost_while_unconnected();
   if (!may_be_dialed()) return;
-  if (acc_.is_open()) ps.add(acc_.native_handle(), POLLIN, listener_slot);
-  admitting_.watch(ps, admit_slot);
+  listener_.watch(ps, listener_slot, admit_slot);
 }
 
 // After a wait: takes the dials the poll saw (`ps`; null: none seen, only the time limits of the
@@ -173,7 +158,7 @@ inline void host_mesh::serve_dialers(const waiter::poll_set* ps, deadline dl) {
         admit |= ps->fds[i].revents != 0;
       }
     }
-  if (admit && !admitting_.empty()) admit_some();
+  if (admit && !listener_.admitting().empty()) admit_some();
 }
 
 // Makes sure `peer`'s TCP link is connected before data moves on it: dials a lower rank, waits
@@ -187,7 +172,7 @@ inline void host_mesh::ensure_connected(int peer, deadline dl, message_id id) {
 
 // Called by a wait that depends on a dial (a read from, or sends queued for, a higher rank not
 // connected yet): at most every 200 ms, fails naming the lost rank when the store has one.
-inline void host_mesh::check_lost_while_unconnected() {
+inline void host_mesh::do_check_lost_while_unconnected() {
   const auto now = std::chrono::steady_clock::now();
   if (now < lost_check_next_) return;
   lost_check_next_ = now + std::chrono::milliseconds(200);

@@ -11,7 +11,7 @@ namespace gsync::transport {
 
 // Timeout of the operation `id`: names the call, its bytes, how long it waited and for whom,
 // and (from the store's progress records) which ranks had not reached it.
-[[noreturn]] inline void host_mesh::timed_out(int in_peer, message_id id) {
+[[noreturn]] inline void host_mesh::do_timed_out(int in_peer, message_id id) {
   std::string what = in_peer >= 0 ? "data from rank " + std::to_string(in_peer) : std::string("peers to accept queued data");
   std::string blocked;
   for (int p = 0; p < size_; ++p)
@@ -29,6 +29,11 @@ namespace gsync::transport {
     if (id.fp.comm == 0) msg += stall_.behind_report(id.seq, now + std::chrono::seconds(1));
   }
   fail(errc::timeout, msg);
+}
+
+// The stall monitor's look found work for the store (stall_monitor.hpp): a mismatch it shows fails now.
+inline void host_mesh::do_stall_report(int in_peer, message_id id, deadline dl, std::chrono::steady_clock::time_point now) {
+  if (auto m = stall_.report(in_peer, id, dl, now)) fail(errc::mismatch, *m);
 }
 
 // A collective that has waited 100 ms looks at the next frame every other peer has sent this

@@ -14,7 +14,7 @@ namespace gsync::transport {
 /// every connection down and rings the doorbells: the waiting thread wakes and fails with
 /// `errc::aborted`, and so does every later call; peers blocked on this rank fail at once,
 /// reporting the abort. Idempotent.
-inline void host_mesh::abort(const std::string& why) noexcept {
+inline void host_mesh::do_abort(const std::string& why) noexcept {
   if (!fs_.start_abort(why)) return;
   try {
     // The reason goes to the store before the peers are woken below, so that they report it:
@@ -63,7 +63,7 @@ inline void host_mesh::on_heartbeat(const heartbeat::news& n) noexcept {
   fail(errc::peer_lost, "rank " + std::to_string(rank_) + ": " + why + (cur_op_ ? " (this rank was in " + gsync::detail::op_label(cur_op_) + ")" : std::string()), who);
 }
 
-[[gnu::cold, gnu::noinline]] inline void host_mesh::bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+inline void host_mesh::do_bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
   if (h.magic == notice_magic) on_notice(peer, h, have, got, id);
   try {
     check_header(h, id, n, rank_, peer);
@@ -74,7 +74,7 @@ inline void host_mesh::on_heartbeat(const heartbeat::news& n) noexcept {
 
 // `peer` failed and said why in a notice frame (see send_notices): fail with its kind if it is
 // a mismatch or an abort (so every rank reports what actually went wrong), else peer_lost.
-[[noreturn]] inline void host_mesh::on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
+[[noreturn]] inline void host_mesh::do_on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
   const records::notice nt = records::decode_notice(h, size_);
   const std::size_t len = nt.text_bytes;
   std::string why(len, '\0');
@@ -171,7 +171,7 @@ inline void host_mesh::check_bell_peers(int in_peer, message_id id) {
 // Only a failure during this collective or an earlier one ends the current operation: a peer
 // that has finished its part and failed in a later collective, or one this point-to-point
 // message does not involve, is met (as a closed stream) when it is next needed.
-inline void host_mesh::closed_elsewhere(int peer, message_id id) {
+inline void host_mesh::do_closed_elsewhere(int peer, message_id id) {
   peers_[peer].tcp().mark_closed();
   // Operation numbers of other communicators than the world cannot be compared with the
   // record's: such a wait meets the peer's loss when it next needs the peer.
@@ -191,7 +191,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 
 // A peer's connection closed or its `failed` flag rose: if it left a failure record (a mismatch
 // it detected, an abort), fail with that kind and its words; otherwise peer_lost with `msg`.
-[[noreturn]] inline void host_mesh::lost(int peer, const std::string& msg, int culprit) {
+[[noreturn]] inline void host_mesh::do_lost(int peer, const std::string& msg, int culprit) {
   // A peer the heartbeat found silent is the root cause of what follows (and when it is rank 0,
   // the store is frozen with it: no lookups).
   if (!fs_.broken() && !fs_.aborted() && fs_.alarm()) heartbeat_lost();
@@ -224,7 +224,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
 // same-host peers through this rank's `failed` word, so that they can name it too). After
 // abort() every failure is reported as the abort. A mismatch or an abort is recorded in the
 // store before the connections close (see file comment).
-[[noreturn]] inline void host_mesh::fail(errc kind, const std::string& msg_in, int lost) {
+[[noreturn]] inline void host_mesh::do_fail(errc kind, const std::string& msg_in, int lost) {
   if (lost >= 0 && lost < size_ && lost != rank_) fs_.saw_dead(lost);  // for a shrink (shrink.ipp)
   std::string msg = msg_in;
   if (fs_.aborted() && kind != errc::aborted) kind = errc::aborted, msg.clear();
@@ -262,10 +262,7 @@ inline void host_mesh::closed_elsewhere(int peer, message_id id) {
     bell_queued_ = 0;
     // No more dials (connect.ipp): a peer that needs this rank later is refused at once and
     // looks up why in the store, rather than waiting for an answer that will not come.
-    if (acc_.is_open()) {
-      asio::error_code ig;
-      acc_.close(ig);
-    }
+    listener_.close();
     if (doorbell_owner* own = bell_owner()) {
       own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
       if (my_lock()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it

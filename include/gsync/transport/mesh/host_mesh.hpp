@@ -64,11 +64,12 @@
 #include "gsync/transport/links/link_port.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
-#include "gsync/transport/mesh/admission.hpp"
 #include "gsync/transport/mesh/call_lock.hpp"
 #include "gsync/transport/mesh/failure_state.hpp"
 #include "gsync/transport/mesh/heartbeat.hpp"
 #include "gsync/transport/mesh/peer_conn.hpp"
+#include "gsync/transport/mesh/peer_listener.hpp"
+#include "gsync/transport/mesh/rare_calls.hpp"
 #include "gsync/transport/mesh/records.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/mesh/stall_monitor.hpp"
@@ -124,7 +125,7 @@ class host_mesh {
   /// `comm`: its identity (fingerprint::comm).
   std::shared_ptr<host_mesh> shrink(std::chrono::milliseconds timeout, const shrink_terms& terms, shrink_report& report,
                                     const std::vector<int>& group = {}, std::uint64_t comm = 0);
-  void abort(const std::string& why) noexcept;  ///< see transport::tcp::abort (failure.ipp)
+  void abort(const std::string& why) noexcept { rare_->abort(*this, why); }  ///< see transport::tcp::abort (failure.ipp)
   /// What this rank knows of failures, without blocking, from any thread (failure.ipp).
   health_report health() const noexcept { return fs_.health(rank_); }
 
@@ -159,7 +160,7 @@ class host_mesh {
   void op_finished() noexcept {
     try {
       call_lock g(*this);
-      stall_.withdraw();
+      if (stall_.withdraw()) rare_->erase_stall_record(*this);
     } catch (...) {
     }
   }
@@ -232,26 +233,37 @@ class host_mesh {
   void settle_settings();
   void finish(deadline dl, rejoin* rj);
   [[noreturn]] void failed_setup(const error& raised, rejoin* rj);
-  void listen(const asio::ip::address& addr);
   void open_recovery_listener(const asio::ip::address& addr);
   std::uint16_t recovery_port() const;
   std::string lost_rank();
   void tune(detail::net::tcp_socket& s);
+  // The data path's rare calls, through pointers only the constructor references (rare_calls.hpp):
+  // each forwarder below calls its `do_` function through them.
+  using rare_calls = mesh_rare_calls;
+  static const rare_calls rare;  // rare_calls.ipp
+  const rare_calls* rare_ = &rare;
+  void do_abort(const std::string& why) noexcept;
+  void do_stall_report(int in_peer, message_id id, deadline dl, std::chrono::steady_clock::time_point now);
+
   // Connections (connect.ipp).
   void connect_at_start(deadline dl);
-  void dial(int peer, deadline dl);
+  void dial(int peer, deadline dl) { rare_->dial(*this, peer, dl); }
+  void do_dial(int peer, deadline dl);
   start_connector::hooks connector_hooks(deadline dl);
   records::hello my_hello() const noexcept;
   asio::ip::tcp::endpoint listener_of(int peer) const;
-  void accept_ready(deadline dl);
-  void admit_some();
+  void accept_ready(deadline dl) { rare_->accept_ready(*this, dl); }
+  void do_accept_ready(deadline dl);
+  void admit_some() { rare_->admit_some(*this); }
+  void do_admit_some();
   void watch_dialers(waiter::poll_set& ps, int in_peer);
   void serve_dialers(const waiter::poll_set* ps, deadline dl);
   bool good_hello(const hello& h) const;
   void ensure_connected(int peer, deadline dl, message_id id);
-  void check_lost_while_unconnected();
+  void check_lost_while_unconnected() { rare_->check_lost_while_unconnected(*this); }
+  void do_check_lost_while_unconnected();
   // True while a peer not connected yet may still dial this rank: waits watch the listener.
-  bool may_be_dialed() const noexcept { return (connected_ < size_ - 1 && acc_.is_open()) || !admitting_.empty(); }
+  bool may_be_dialed() const noexcept { return listener_.may_be_dialed(size_); }
   // True when `peer`'s data goes over a TCP link not connected yet (connect.ipp).
   bool unconnected(int peer) const noexcept {
     const auto& c = peers_[static_cast<std::size_t>(peer)];
@@ -311,7 +323,11 @@ class host_mesh {
   }
 
   // Diagnostics (diagnostics.ipp).
-  [[noreturn]] void timed_out(int in_peer, message_id id);
+  [[noreturn]] void timed_out(int in_peer, message_id id) {
+    rare_->timed_out(*this, in_peer, id);
+    __builtin_unreachable();
+  }
+  [[noreturn]] void do_timed_out(int in_peer, message_id id);
   void cross_check(int in_peer, message_id id, std::chrono::steady_clock::time_point now);
 
   // Shrinking to the survivors (shrink.ipp).
@@ -340,13 +356,29 @@ class host_mesh {
   deadline failure_lookup_deadline() const {
     return std::chrono::steady_clock::now() + std::clamp(liveness() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(1000));
   }
-  void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
-  [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
+  void bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got) {
+    rare_->bad_frame(*this, h, id, n, peer, have, got);
+  }
+  void do_bad_frame(const frame_header& h, message_id id, std::size_t n, int peer, const std::byte* have, std::size_t got);
+  [[noreturn]] void on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id) {
+    rare_->on_notice(*this, peer, h, have, got, id);
+    __builtin_unreachable();
+  }
+  [[noreturn]] void do_on_notice(int peer, const frame_header& h, const std::byte* have, std::size_t got, message_id id);
   void send_notices(errc kind, const std::string& msg, int lost);
   void check_bell_peers(int in_peer, message_id id);
-  void closed_elsewhere(int peer, message_id id);
-  [[noreturn]] void lost(int peer, const std::string& msg, int culprit = -1);
-  [[noreturn]] void fail(errc kind, const std::string& msg_in, int lost = -1);
+  void closed_elsewhere(int peer, message_id id) { rare_->closed_elsewhere(*this, peer, id); }
+  void do_closed_elsewhere(int peer, message_id id);
+  [[noreturn]] void lost(int peer, const std::string& msg, int culprit = -1) {
+    rare_->lost(*this, peer, msg, culprit);
+    __builtin_unreachable();
+  }
+  [[noreturn]] void do_lost(int peer, const std::string& msg, int culprit);
+  [[noreturn]] void fail(errc kind, const std::string& msg, int lost = -1) {
+    rare_->fail(*this, kind, msg, lost);
+    __builtin_unreachable();
+  }
+  [[noreturn]] void do_fail(errc kind, const std::string& msg_in, int lost);
   [[noreturn]] void bad_peer(int peer) const;
   [[noreturn]] void unusable();
 
@@ -377,14 +409,12 @@ class host_mesh {
   host_options opt_;
   host_options opt_given_;  // the settings as given (opt_ has the automatic ones resolved), for a shrink
   asio::io_context io_;
-  detail::net::tcp_acceptor acc_;
-  admission admitting_;  // accepted connections not admitted yet (admission.hpp); after io_: its sockets go first
+  peer_listener listener_{io_};  // the listener for peers' dials, what it has not admitted yet, the count connected
   std::unique_ptr<bootstrap::store_server> server_;
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
   std::vector<bootstrap::rank_record> records_;  // every rank's set-up record (setup.ipp)
-  int connected_ = 0;                             // peers with a TCP connection (connect.ipp)
   std::chrono::milliseconds dial_timeout_{0};     // how long a dial made by post_send may block
   std::chrono::steady_clock::time_point lost_check_next_{};  // check_lost_while_unconnected
   std::size_t queued_ = 0;       // messages queued, all peers

@@ -18,6 +18,7 @@
 #include "gsync/transport/mesh/host_mesh.hpp"
 #include "gsync/transport/mesh/link_path.ipp"
 #include "gsync/transport/mesh/progress.ipp"
+#include "gsync/transport/mesh/rare_calls.ipp"
 #include "gsync/transport/mesh/setup.ipp"
 #include "gsync/transport/mesh/setup_steps.ipp"
 #include "gsync/transport/mesh/shrink.ipp"

@@ -92,8 +92,10 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
 // heartbeat's alarm) ends it; the stall monitor looks at how long it has waited.
 inline void host_mesh::checkpoint(int in_peer, message_id id, deadline dl) {
   if (fs_.any()) [[unlikely]] failed_meanwhile();
-  if (const auto v = stall_.look(in_peer, id, dl); v.now) {
-    if (v.mismatch) fail(errc::mismatch, *v.mismatch);
+  const auto v = stall_.look(in_peer, id, dl);
+  if (v.withdrawn) [[unlikely]] rare_->erase_stall_record(*this);
+  if (v.now) {
+    if (v.due) [[unlikely]] rare_->stall_report(*this, in_peer, id, dl, *v.now);
     cross_check(in_peer, id, *v.now);
   }
 }

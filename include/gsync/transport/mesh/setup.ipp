@@ -72,7 +72,7 @@ inline void host_mesh::share_store(bootstrap::launch_info& li) {
 inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::milliseconds timeout, logger log, host_options opt,
                             std::unique_ptr<link_kit> kit, std::unique_ptr<bootstrap::store_server> server, const bootstrap::auth::job_key* key,
                             rejoin* rj)
-    : rank_(given.rank), size_(given.size), log_(log), stall_(given.rank, given.size, opt.stall_warn_s, log, store_), opt_(opt), opt_given_(opt), acc_(io_), server_(std::move(server)),
+    : rank_(given.rank), size_(given.size), log_(log), stall_(given.rank, given.size, opt.stall_warn_s, log, store_), opt_(opt), opt_given_(opt), server_(std::move(server)),
       dial_timeout_(timeout), kit_(std::move(kit)) {
   if (!kit_) throw error(errc::invalid_argument, "transport: no link list");
   const deadline dl = std::chrono::steady_clock::now() + timeout;
@@ -103,7 +103,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     join_store(li, dl, rj);
     const auto me = bootstrap::pick_listen_address(io_, master, opt_.socket_ifname);
     bootstrap::auth::require_key(key_, !me.is_loopback(), li.allow_unauthenticated, where, log_);  // GSYNC_SOCKET_IFNAME
-    listen(me);
+    listener_.open(me, size_, opt_.congestion, "rank " + std::to_string(rank_));
     open_recovery_listener(me);
     start_heartbeat(me);
     exchange_records(li, dl, rj);
@@ -112,7 +112,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     exchange_hosts(li);
     connect_links(dl);
     connect_peers(dl);
-    if (!opt_.lazy_connect) acc_.close();  // else it takes the connections made on first use
+    if (!opt_.lazy_connect) listener_.close();  // else it takes the connections made on first use
     finish(dl, rj);
   } catch (const error& raised) {
     failed_setup(raised, rj);
@@ -168,18 +168,6 @@ inline host_mesh::~host_mesh() {
     store_.reset();
     server_->linger(std::chrono::steady_clock::now() + store_linger, gone);
   }
-}
-
-inline void host_mesh::listen(const asio::ip::address& addr) {
-  asio::ip::tcp::endpoint ep(addr, 0);
-  asio::error_code ec;
-  acc_.open(ep.protocol(), ec);
-  if (!ec) detail::set_cloexec(acc_.native_handle());
-  if (!ec) acc_.bind(ep, ec);
-  if (!ec) detail::set_congestion(acc_.native_handle(), opt_.congestion);  // accepted connections inherit it
-  if (!ec) acc_.listen(std::max(64, size_), ec);
-  if (ec) throw error(errc::system, "rank " + std::to_string(rank_) + ": cannot listen on " + addr.to_string() + ": " + ec.message());
-  acc_.non_blocking(true);
 }
 
 // The recovery listener (shrink.ipp): bound and listening from set-up on, so that its port is

@@ -55,7 +55,7 @@ inline void host_mesh::exchange_records(const bootstrap::launch_info& li, deadli
   if (rank_ == 0) store_->set("gsync/nonce", std::to_string(detail::random::u64()), dl);
   // Each rank publishes its record (listener, kernel, host) once and reads everyone's, with the
   // nonce, in one round trip (bootstrap/rank_record.hpp).
-  const auto my_ep = acc_.local_endpoint();
+  const auto my_ep = listener_.acceptor().local_endpoint();
   bootstrap::rank_record mine{my_ep.address().to_string(), my_ep.port(), bootstrap::kernel_id(), bootstrap::host_id(li.host_id), recovery_port()};
   if (hb_) mine.heartbeat_port = hb_->port();
   store_->set(bootstrap::rank_record_key(rank_), mine.encode(), dl);
@@ -159,8 +159,8 @@ inline void host_mesh::settle_settings() {
   for (const medium& t : per_type) how += (how.empty() ? "" : ", ") + std::to_string(t.peers) + " over " + std::string(t.name);
   if (how.empty()) how = "none";
   if (const std::string r = kit_->report(); !r.empty()) reports = ", " + r;
-  log_.info("peers: " + how + "; " + std::to_string(connected_) + " of " + std::to_string(size_ - 1) + " connected at start-up" +
-            (opt_.lazy_connect && connected_ < size_ - 1 ? ", the others on first use" : "") + " (" + std::to_string(local_size_) +
+  log_.info("peers: " + how + "; " + std::to_string(listener_.connected()) + " of " + std::to_string(size_ - 1) + " connected at start-up" +
+            (opt_.lazy_connect && listener_.connected() < size_ - 1 ? ", the others on first use" : "") + " (" + std::to_string(local_size_) +
             " ranks on this host, " + std::to_string(machine_ranks_) + " on this machine, spin " +
             std::to_string(opt_.spin_us) + " us, yield " + std::to_string(opt_.yield_us) + " us, TCP yield " +
             std::to_string(opt_.tcp_yield_us) + " us" + reports + ")");

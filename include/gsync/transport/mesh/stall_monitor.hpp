@@ -43,7 +43,8 @@ class stall_monitor {
   /// What one look at a waiting operation found (`look`).
   struct verdict {
     std::optional<std::chrono::steady_clock::time_point> now;  ///< the time read; none on the operation's first wait
-    std::optional<std::string> mismatch;                        ///< a peer waits in another call under the same number
+    bool due = false;       ///< the store has work: publish this rank's record, compare the peer's, or warn (`report`)
+    bool withdrawn = false;  ///< the operation tracked before had published a record: erase it (`erase_record`)
   };
 
   /// `warn_s`: GSYNC_STALL_WARN_S (0: never warn); `store`: the mesh's store connection, where the
@@ -54,22 +55,30 @@ class stall_monitor {
   stall_monitor& operator=(const stall_monitor&) = delete;
 
   /// Called on every wait of operation `id` (waiting for `in_peer`, or to send when -1), ending at
-  /// `dl`: tracks it, publishes its record, compares the peer's, warns once. Its clock is
-  /// detail::tick_clock: read on every wait, at a tenth of a second's precision needed.
-  verdict look(int in_peer, message_id id, deadline dl) {
+  /// `dl`: tracks it and says whether the store has work (`report`). Touches no store itself, so
+  /// that the data path stays clear of the store's code. Its clock is detail::tick_clock: read on
+  /// every wait, at a tenth of a second's precision needed.
+  verdict look(int in_peer, message_id id, deadline dl) noexcept {
     verdict v;
     if (id.seq == 0) return v;
     const auto now = detail::tick_clock::now();
     if (!tracking(id)) {
-      withdraw();  // the stalled op finished
+      v.withdrawn = withdraw();  // the stalled op finished
       cur_ = state{id.tag, id.seq, id.fp.comm, now, 0, {}};
       return v;
     }
     v.now = now;
     const auto waited = now - cur_.since;
-    const auto warn = std::chrono::seconds(warn_s_ > 0 ? warn_s_ : 1000000000);
-    const auto publish_at = std::min<std::chrono::steady_clock::duration>(warn / 2, (dl - cur_.since) / 2);
-    if (cur_.stage == 0 && waited >= publish_at) {
+    v.due = (cur_.stage == 0 && waited >= publish_at(dl)) || (cur_.stage >= 1 && in_peer >= 0 && now - cur_.checked >= std::chrono::seconds(1)) ||
+            (warn_s_ > 0 && cur_.stage == 1 && waited >= warn());
+    return v;
+  }
+
+  /// The store's part of a look that was `due`: publishes this rank's record, compares the peer's,
+  /// warns once. Returns a mismatch: the peer waits in another call under the same number.
+  std::optional<std::string> report(int in_peer, message_id id, deadline dl, std::chrono::steady_clock::time_point now) {
+    const auto waited = now - cur_.since;
+    if (cur_.stage == 0 && waited >= publish_at(dl)) {
       cur_.stage = 1;
       try {
         if (store_) store_->set(key(rank_), records::stall_record(id), now + std::chrono::seconds(2));
@@ -83,9 +92,9 @@ class stall_monitor {
     // them all.
     if (cur_.stage >= 1 && in_peer >= 0 && now - cur_.checked >= std::chrono::seconds(1)) {
       cur_.checked = now;
-      if ((v.mismatch = other_call(id, now + std::chrono::seconds(2), in_peer))) return v;
+      if (auto m = other_call(id, now + std::chrono::seconds(2), in_peer)) return m;
     }
-    if (warn_s_ <= 0 || cur_.stage != 1 || waited < warn) return v;
+    if (warn_s_ <= 0 || cur_.stage != 1 || waited < warn()) return std::nullopt;
     cur_.stage = 2;
     std::string msg = "rank " + std::to_string(rank_) + ": " + describe_message(id.tag, id.seq, id.fp) + " has waited " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) + " s for " +
@@ -94,7 +103,7 @@ class stall_monitor {
     log_.warn(msg + (is_p2p_tag(id.tag) ? p2p_wait_hint(in_peer)
                      : id.fp.comm == 0 ? behind_report(id.seq, now + std::chrono::seconds(2))
                                        : std::string()));
-    return v;
+    return std::nullopt;
   }
 
   /// True when `id` is the operation tracked.
@@ -102,11 +111,16 @@ class stall_monitor {
   /// Since when the tracked operation waits.
   std::chrono::steady_clock::time_point since() const noexcept { return cur_.since; }
 
-  /// Sets this rank's stall record back to "0" (no record) if it had published one (best effort).
-  void withdraw() noexcept {
-    if (cur_.stage == 0) return;
+  /// Forgets the operation tracked; true when it had published a record, which `erase_record`
+  /// then sets back to "0" (no record).
+  bool withdraw() noexcept {
+    if (cur_.stage == 0) return false;
     cur_.stage = 0;
     cur_.seq = 0;
+    return true;
+  }
+  /// Sets this rank's stall record back to "0" (best effort).
+  void erase_record() noexcept {
     try {
       if (store_) store_->set(key(rank_), "0", std::chrono::steady_clock::now() + std::chrono::seconds(2));
     } catch (...) {
@@ -186,6 +200,11 @@ class stall_monitor {
     std::chrono::steady_clock::time_point checked{};  // when the peers' records were last compared
   };
   static std::string key(int r) { return "gsync/stall/" + std::to_string(r); }
+  std::chrono::steady_clock::duration warn() const noexcept { return std::chrono::seconds(warn_s_ > 0 ? warn_s_ : 1000000000); }
+  // When a waiting operation publishes its record: at half the warning time, or half its own timeout.
+  std::chrono::steady_clock::duration publish_at(deadline dl) const noexcept {
+    return std::min<std::chrono::steady_clock::duration>(warn() / 2, (dl - cur_.since) / 2);
+  }
 
   int rank_, size_, warn_s_;
   logger log_;
