@@ -56,11 +56,14 @@
 /// launched bucket, and must not modify a marked tensor (or view) until finish() returns.
 /// The communicator must outlive the synchronizer and must not be moved while it exists.
 ///
-/// The synchronizer, by concern (this header includes all three):
+/// The synchronizer, by concern (this header includes them all):
 ///   grad/synchronizer_options.hpp  its settings: `wire_dtype`, `synchronizer_options`
 ///   grad/bucket_reducer.hpp        the reducer seam: `bucket_job`, `bucket_reducer`, `allreduce_reducer`,
 ///                                  `allreduce_bytes_sent`
-///   grad/bucket_synchronizer.hpp   the `synchronizer` class and `step_result`
+///   grad/bucket_synchronizer.hpp   the `synchronizer` class: the engine over host buckets
+///   grad/bucket_engine.hpp         the logic it shares with `device_synchronizer`, and `step_result`
+///   grad/bucket_space.hpp          what the engine asks of where buckets live (`bucket_space`)
+///   grad/host_space.hpp            host buckets: aligned memory, the element passes, the reducer
 
 #include "gsync/grad/bucket_reducer.hpp"
 #include "gsync/grad/bucket_synchronizer.hpp"

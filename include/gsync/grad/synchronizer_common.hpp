@@ -1,11 +1,11 @@
 #pragma once
 /// \file
-/// What the host and the device gradient synchronizers share (grad/bucket_synchronizer.hpp,
-/// grad/device_synchronizer.hpp): the registered tensor, the wire type of a bucket, the check that
-/// every rank registered the same tensors and settings, the per-step marks, and waiting for the
-/// buckets' collectives. Written once so that both keep the same plan, the same wire types and
-/// the same errors.
+/// The pieces of a gradient synchronizer's state that do not depend on where buckets live
+/// (grad/bucket_engine.hpp runs them for the host and the device synchronizer): the registered
+/// tensor, a bucket's state, the wire type of a bucket, the check that every rank registered the
+/// same tensors and settings, the per-step marks, and waiting for the buckets' collectives.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -16,6 +16,7 @@
 #include "gsync/allreduce.hpp"
 #include "gsync/communicator.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/request.hpp"
 #include "gsync/grad/bucket_plan.hpp"
 #include "gsync/grad/stats.hpp"
 #include "gsync/grad/synchronizer_options.hpp"
@@ -27,6 +28,21 @@ struct registered_tensor {
   tensor_ref ref;     ///< memory, count, element type
   std::string name;   ///< the name given at registration
   bool is_view = false;  ///< lives inside its bucket (add_view)
+};
+
+/// One bucket of a step. Its memory belongs to the bucket space (grad/bucket_space.hpp), which
+/// frees it when it is destroyed; host and device pointers alike.
+struct bucket_state {
+  dtype grad_type = dtype::float32;
+  dtype wire_type = dtype::float32;
+  std::byte* storage = nullptr;  ///< gradient-typed bucket (views, or the communicated buffer when no cast)
+  std::byte* wire = nullptr;     ///< wire-typed bucket when the wire type differs
+  std::size_t pending = 0;       ///< tensors of this bucket not yet marked in this step
+  bool launched = false;         ///< issued in this step
+  request req;                   ///< its reduction, once launched
+  std::uint64_t bytes_sent = 0;  ///< reported by the reducer; read after `req` finished
+  /// The buffer the reducer reduces in place.
+  std::byte* comm_buffer() const noexcept { return wire ? wire : storage; }
 };
 
 /// Tensor `i` of `tensors`, or errc::invalid_argument naming `who`::`what` and the range.
@@ -83,9 +99,7 @@ void check_same_registration(communicator<X>& comm, const std::vector<registered
 }
 
 /// Starts a step's marks: no tensor ready, every bucket waiting for all of its tensors.
-/// \tparam B a bucket state with `pending` and `launched`.
-template <class B>
-void reset_marks(std::vector<bool>& ready, std::size_t tensors, std::vector<B>& buckets, const bucket_plan& plan) {
+inline void reset_marks(std::vector<bool>& ready, std::size_t tensors, std::vector<bucket_state>& buckets, const bucket_plan& plan) {
   ready.assign(tensors, false);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     buckets[b].pending = plan.bucket(b).tensors.size();
@@ -93,16 +107,14 @@ void reset_marks(std::vector<bool>& ready, std::size_t tensors, std::vector<B>& 
   }
 }
 
-/// Waits for every launched bucket's request, adding the times and bytes to `st`
-/// (`bytes_sent(b)` is what bucket b sent); on a failure still waits for the others (so none
-/// references the buckets any more), then rethrows the first error.
-/// \tparam B a bucket state with `launched`, `req` and `wire_type`. \tparam F `std::uint64_t(std::size_t)`.
-template <class B, class F>
-void wait_buckets(std::vector<B>& buckets, const bucket_plan& plan, step_stats& st, F&& bytes_sent) {
+/// Waits for every launched bucket's request, adding the times and bytes to `st`; on a failure
+/// still waits for the others (so none references the buckets any more), then rethrows the first
+/// error.
+inline void wait_buckets(std::vector<bucket_state>& buckets, const bucket_plan& plan, step_stats& st) {
   using clock = std::chrono::steady_clock;
   std::exception_ptr first;
   for (std::size_t b = 0; b < buckets.size(); ++b) {
-    B& bs = buckets[b];
+    bucket_state& bs = buckets[b];
     if (!bs.launched) continue;
     const auto t0 = clock::now();
     try {
@@ -113,7 +125,7 @@ void wait_buckets(std::vector<B>& buckets, const bucket_plan& plan, step_stats& 
     st.exposed_time += clock::now() - t0;
     if (!first && bs.req.valid()) {
       st.comm_time += bs.req.finished_at() - bs.req.started_at();
-      st.bytes_on_wire += bytes_sent(b);
+      st.bytes_on_wire += bs.bytes_sent;
       st.payload_bytes += static_cast<std::uint64_t>(plan.bucket(b).count * size_of(bs.wire_type));
     }
   }
