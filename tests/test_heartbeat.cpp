@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gsync/transport/mesh/heartbeat.hpp>
@@ -26,6 +27,20 @@ namespace auth = gsync::bootstrap::auth;
 using gsync::transport::heartbeat;
 
 namespace {
+
+// A listener on loopback, played by a test as a heartbeat's successor: its descriptor and port.
+std::pair<int, std::uint16_t> loopback_listener(int backlog) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, backlog) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  return {fd, ntohs(a.sin_port)};
+}
 
 // What a heartbeat reported, waited for with a bound.
 struct news_box {
@@ -231,15 +246,9 @@ TEST_CASE("heartbeat: a hello from another job, another rank or of garbage is dr
 
 TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passed on to the other") {
   // This heartbeat is rank 1 of 4: rank 0 (played here) dials it; it dials rank 2 (played here).
-  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(lfd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t al = sizeof a;
-  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(lfd, 4) == 0);
-  REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  const auto listener = loopback_listener(4);
+  const int lfd = listener.first;  // not a structured binding: clang 14 cannot capture one
+  const std::uint16_t succ_port = listener.second;
   news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   heartbeat hb(loopback, 1, 4, 2000ms, no_key, gsync::logger(0));
   // ring() returns once its connection to the successor is up: the successor (played here)
@@ -254,7 +263,7 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
     shook = auth::accept_handshake(succ.fd, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why);
     if (shook) gsync::detail::read_all(succ.fd, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
   });
-  hb.ring("127.0.0.1", ntohs(a.sin_port), 42, box.fn());
+  hb.ring("127.0.0.1", succ_port, 42, box.fn());
   successor.join();
   ::close(lfd);
   REQUIRE(succ.fd >= 0);
@@ -332,15 +341,9 @@ TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried
   // handshake and is tried again every period (heartbeat.ipp, retry_dial) until max(dead_after,
   // 2 s), which is also when ring() returns; the heartbeat is destroyed then, its retry timer or
   // a connect pending, without reporting anyone and without waiting for them.
-  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(lfd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t al = sizeof a;
-  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(lfd, 16) == 0);
-  REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+  const auto listener = loopback_listener(16);
+  const int lfd = listener.first;  // not a structured binding: clang 14 cannot capture one
+  const std::uint16_t succ_port = listener.second;
   std::atomic<int> dials{0};
   std::atomic<bool> done{false};
   std::thread successor([&] {
@@ -355,7 +358,7 @@ TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried
   news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   std::chrono::steady_clock::duration destroying{};
   auto hb = std::make_unique<heartbeat>(loopback, 0, 3, 1000ms, no_key, gsync::logger(0));
-  hb->ring("127.0.0.1", ntohs(a.sin_port), 9, box.fn());  // returns after 2 s: the dial never got through
+  hb->ring("127.0.0.1", succ_port, 9, box.fn());  // returns after 2 s: the dial never got through
   const auto t = std::chrono::steady_clock::now();
   hb.reset();
   destroying = std::chrono::steady_clock::now() - t;
