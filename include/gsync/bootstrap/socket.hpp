@@ -92,6 +92,22 @@ inline void write_all(int fd, const void* p, std::size_t n, deadline dl, const s
   }
 }
 
+/// Sends from the front of `out` what non-blocking `fd` takes now, erasing what went: 0 when all
+/// went, EAGAIN when the socket has no room for the rest, else the errno of the failed connection.
+inline int send_some(int fd, std::string& out) noexcept {
+  while (!out.empty()) {
+    const ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      out.erase(0, static_cast<std::size_t>(w));
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return EAGAIN;
+    return w < 0 ? errno : EPIPE;
+  }
+  return 0;
+}
+
 /// Reads exactly n bytes from non-blocking `fd` before `dl`.
 inline void read_all(int fd, void* p, std::size_t n, deadline dl, const std::string& what) {
   auto* b = static_cast<char*>(p);

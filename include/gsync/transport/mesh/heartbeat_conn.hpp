@@ -67,17 +67,8 @@ struct heartbeat_conn {
 
   /// Writes queued bytes without blocking; false when the connection broke.
   bool flush() {
-    while (!out.empty()) {
-      const ssize_t w = ::send(sock.native_handle(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        out.erase(0, static_cast<std::size_t>(w));
-        continue;
-      }
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      if (w < 0 && errno == EINTR) continue;
-      return false;
-    }
-    return true;
+    const int e = detail::send_some(sock.native_handle(), out);
+    return e == 0 || e == EAGAIN;
   }
 };
 

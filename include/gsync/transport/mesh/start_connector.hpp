@@ -174,23 +174,16 @@ class start_connector {
   // that includes the mesh more to compile, for messages of tens of bytes.
   template <class Then>
   void write_out(dial& d, Then then) {
-    while (!d.out.empty()) {
-      const ssize_t w = ::send(d.s->native_handle(), d.out.data(), d.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        d.out.erase(0, static_cast<std::size_t>(w));
-        continue;
-      }
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        d.s->async_wait(asio::socket_base::wait_write, [this, &d, then](const asio::error_code& e) {
-          guarded([&] {
-            if (e) return lost_in_handshake(d, e);
-            write_out(d, then);
-          });
+    if (const int err = detail::send_some(d.s->native_handle(), d.out); err == EAGAIN) {
+      d.s->async_wait(asio::socket_base::wait_write, [this, &d, then](const asio::error_code& e) {
+        guarded([&] {
+          if (e) return lost_in_handshake(d, e);
+          write_out(d, then);
         });
-        return;
-      }
-      return lost_in_handshake(d, asio::error_code(errno, asio::system_category()));
+      });
+      return;
+    } else if (err != 0) {
+      return lost_in_handshake(d, asio::error_code(err, asio::system_category()));
     }
     then();
   }
