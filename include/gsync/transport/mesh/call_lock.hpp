@@ -1,12 +1,13 @@
 #pragma once
 /// \file
-/// The endpoint's lock in shared mode (transport::host_mesh, transport/mesh/host_mesh.hpp): once
-/// several communicators share one endpoint (`share()`), possibly from several threads, every
-/// entry point holds the endpoint's mutex except while it waits (poll, doorbell sleep, spin,
-/// yield) or a reduction consumes a piece. Before that nothing is locked: one communicator, one
-/// thread at a time. A thread that already holds an endpoint's lock (an entry point calling
-/// another) does not take it again; each thread remembers the lock it holds, and on which
-/// endpoint, so that a wait deep in the call can release and retake it.
+/// The endpoint's lock in shared mode: once several communicators share one endpoint
+/// (transport::host_mesh, `share()`), possibly from several threads, every entry point holds the
+/// endpoint's mutex (owned by `shared_mode`, transport/mesh/shared_mode.hpp, taken through its
+/// `lock`) except while it waits (poll, doorbell sleep, spin, yield) or a reduction consumes a
+/// piece. Before that nothing is locked: one communicator, one thread at a time. A thread that
+/// already holds an endpoint's lock (an entry point calling another) does not take it again; each
+/// thread remembers the lock it holds, and on which endpoint, so that a wait deep in the call can
+/// release and retake it.
 
 #include <atomic>
 #include <mutex>

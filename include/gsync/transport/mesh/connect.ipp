@@ -32,7 +32,7 @@ inline void host_mesh::connect_at_start(deadline dl) {
     now[static_cast<std::size_t>(p)] = p != rank_ && (!opt_.lazy_connect || !peers_[static_cast<std::size_t>(p)].on_ctl);
   std::vector<start_connector::target> lower;
   for (int j = 0; j < rank_; ++j)
-    if (now[static_cast<std::size_t>(j)]) lower.push_back({j, listener_of(j)});
+    if (now[static_cast<std::size_t>(j)]) lower.push_back({j, records_.listener(j)});
   start_connector::hooks h = connector_hooks(dl);
   // A higher rank that has finished its set-up may already dial for its first operation: it is
   // admitted too, but only the ones awaited here count.
@@ -85,15 +85,6 @@ inline records::hello host_mesh::my_hello() const noexcept {
   return h;
 }
 
-// Lower rank `peer`'s listener, from its set-up record.
-inline asio::ip::tcp::endpoint host_mesh::listener_of(int peer) const {
-  const bootstrap::rank_record& r = records_[static_cast<std::size_t>(peer)];
-  asio::error_code ec;
-  const auto addr = asio::ip::make_address(r.address, ec);
-  if (ec) throw error(errc::mismatch, "bad address '" + r.address.substr(0, 60) + "' in the set-up record of rank " + std::to_string(peer));
-  return asio::ip::tcp::endpoint(addr, r.port);
-}
-
 // Dials lower rank `peer` when an operation first needs it (see the file comment) and attaches
 // the connection to its TCP link: its listener is known to be up, so a refusal means it is gone.
 // Failures go through the failure protocol, so that the peers hear of them too.
@@ -101,7 +92,7 @@ inline void host_mesh::do_dial(int peer, deadline dl) {
   const std::string who = "rank " + std::to_string(peer);
   try {
     start_connector c(io_, key_, listener_.admitting(), my_hello(), log_, opt_.congestion, /*retry_refused=*/false, connector_hooks(dl));
-    c.run({{peer, listener_of(peer)}}, nullptr, dl);
+    c.run({{peer, records_.listener(peer)}}, nullptr, dl);
   } catch (const error& e) {
     if (e.kind() == errc::peer_lost)
       lost(peer, "rank " + std::to_string(rank_) + ": could not connect to " + who + " (" + e.what() + "): it exited or crashed");

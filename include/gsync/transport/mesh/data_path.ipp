@@ -11,7 +11,7 @@ namespace gsync::transport {
 
 /// Queues [src, src+n) for `peer` and hands over what its data link takes now.
 inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, std::size_t n) {
-  call_lock g(*this);
+  call_lock g(shared_);
   check_usable();
   posted_bytes_ += n;
   if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
@@ -44,16 +44,12 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
 
 /// Receives the next message from `peer` into dst (header checked against id and n).
 inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl) {
-  call_lock g(*this);
+  call_lock g(shared_);
   check_usable();
   if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
-  read_claim claim;
-  if (g.locked()) {
-    if (const long at = claim_read(peer, id, dl); at >= 0)
-      return take_stashed(peer, at, id, n, [&](const std::byte* p) { if (n) std::memcpy(dst, p, n); });
-    claim.m = this, claim.peer = peer;
-  }
+  shared_mode::read_claim claim;
+  if (g.locked() && from_inbox(peer, id, n, dl, claim, [&](const std::byte* p) { if (n) std::memcpy(dst, p, n); })) return;
   if (unconnected(peer)) ensure_connected(peer, dl, id);
   link_port& l = data_link(peer);
   frame_header h;
@@ -69,20 +65,18 @@ inline void host_mesh::recv(int peer, message_id id, std::byte* dst, std::size_t
 /// reduction reads the peer's bytes there), else through the staging buffer.
 inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl, std::byte* staging) {
-  call_lock g(*this);
+  call_lock g(shared_);
   check_usable();
   if (!is_p2p_tag(id.tag) && id.fp.comm == 0) cur_op_ = id.seq;
   check_peer(peer);
   if (align == 0 || align > opt_.staging_bytes) align = 1;
-  read_claim claim;
+  shared_mode::read_claim claim;
   // Shared mode: the reduction runs with the endpoint unlocked (this thread alone reads the
   // peer's stream, so the piece it reads stays put).
-  auto outside = [&](std::span<const std::byte> piece) { unlocked([&] { consume(piece); }); };
+  auto outside = [&](std::span<const std::byte> piece) { shared_.unlocked([&] { consume(piece); }); };
   detail::function_ref<void(std::span<const std::byte>)> use = consume;
   if (g.locked()) {
-    if (const long at = claim_read(peer, id, dl); at >= 0)
-      return take_stashed(peer, at, id, n, [&](const std::byte* p) { outside(std::span<const std::byte>(p, n)); });
-    claim.m = this, claim.peer = peer;
+    if (from_inbox(peer, id, n, dl, claim, [&](const std::byte* p) { outside(std::span<const std::byte>(p, n)); })) return;
     use = outside;
   }
   // GSYNC_CHECKSUM: the CRC32C of the pieces as the reduction takes them (while they are in cache).
@@ -110,7 +104,7 @@ inline void host_mesh::recv_stream(int peer, message_id id, std::size_t n, std::
 
 /// Writes out every queued send of communicator `comm` (the kernel then owns the bytes).
 inline void host_mesh::flush_sends(deadline dl, std::uint64_t comm) {
-  call_lock g(*this);
+  call_lock g(shared_);
   check_usable();
   if (!g.locked()) {
     while (queued_ > 0) wait_progress(-1, dl, message_id{});
@@ -118,63 +112,44 @@ inline void host_mesh::flush_sends(deadline dl, std::uint64_t comm) {
   }
   // Shared mode: only this communicator's frames count (another's may wait for a peer that is
   // busy elsewhere).
+  const auto queued_of_comm = [&] {
+    if (queued_ == 0) return false;
+    for (auto& c : peers_)
+      for (const send_op& op : c.q())
+        if (op.h.fp.comm == comm) return true;
+    return false;
+  };
   message_id id{};
   id.fp.comm = comm;
-  while (queued_of(comm) > 0) wait_progress(-1, dl, id);
+  while (queued_of_comm()) wait_progress(-1, dl, id);
 }
 
 /// Hands queued sends to every data link as far as they take them now, without waiting: a
 /// schedule that computes between messages calls it so that its links keep moving (see
 /// `send_progress_transport`).
 inline void host_mesh::progress_sends() {
-  call_lock g(*this);
+  call_lock g(shared_);
   check_usable();
   if (queued_ == 0) return;
   pump_descriptors();
   pump_doorbells();
 }
 
-// Frames of communicator `comm` queued and not fully handed over, all peers (shared mode).
-inline std::size_t host_mesh::queued_of(std::uint64_t comm) {
-  if (queued_ == 0) return 0;
-  std::size_t k = 0;
-  for (auto& c : peers_)
-    for (const send_op& op : c.q())
-      if (op.h.fp.comm == comm) ++k;
-  return k;
-}
-
-inline long host_mesh::claim_read(int peer, message_id id, deadline dl) {
-  auto& c = peers_[static_cast<std::size_t>(peer)];
-  for (;;) {
-    for (std::size_t i = 0; i < c.inbox.size(); ++i)
-      if (c.inbox[i].h.fp.comm == id.fp.comm) return static_cast<long>(i);
-    if (!c.reading) {
-      c.reading = true;
-      return -1;
-    }
-    // Another thread reads this peer's stream; it sets a frame of ours aside if it meets one.
+// Shared mode: delivers to `deliver(bytes)` a frame of id's communicator that another reader set
+// aside in `peer`'s inbox (checked against id and n) and returns true, or waits until this thread
+// may read the peer's stream, hands it to `claim` and returns false.
+template <class F>
+bool host_mesh::from_inbox(int peer, message_id id, std::size_t n, deadline dl, shared_mode::read_claim& claim, F&& deliver) {
+  const long at = shared_.claim(peer, id.fp.comm, claim, [&] {
     if (fs_.aborted()) fail(errc::aborted, "");
     check_usable();
     if (std::chrono::steady_clock::now() >= dl) timed_out(peer, id);
-    cv_.wait_for(*my_lock(), std::chrono::milliseconds(50));
-  }
-}
-
-inline void host_mesh::release_read(int peer) noexcept {
-  peers_[static_cast<std::size_t>(peer)].reading = false;
-  cv_.notify_all();
-}
-
-// Delivers the frame set aside at `at` in `peer`'s inbox (checked against id and n) to
-// `deliver(bytes)`, then drops it.
-template <class F>
-inline void host_mesh::take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver) {
-  auto& box = peers_[static_cast<std::size_t>(peer)].inbox;
-  stashed s = std::move(box[static_cast<std::size_t>(at)]);
-  box.erase(box.begin() + at);
+  });
+  if (at < 0) return false;
+  const stashed_frame s = shared_.take(peer, at);
   check(s.h, id, n, peer, s.data.data(), s.data.size());
   deliver(s.data.data());
+  return true;
 }
 
 // Shared mode: `h`, just read off `peer`'s stream, belongs to another communicator: its payload
@@ -186,18 +161,16 @@ inline void host_mesh::set_aside(int peer, link_port& l, const frame_header& h, 
                              std::to_string(peer) + " (" + std::to_string(h.bytes) + " bytes) came while " +
                              describe_message(id.tag, id.seq, id.fp) + " in " + comm_label(id.fp.comm) +
                              " was read with its header: the communicator was created on this rank after its peers used it?");
-  stashed s{h, std::vector<std::byte>(static_cast<std::size_t>(h.bytes))};
+  stashed_frame s{h, std::vector<std::byte>(static_cast<std::size_t>(h.bytes))};
   if (got) std::memcpy(s.data.data(), got_bytes, got);
   take_payload(peer, l, s.data.data() + got, s.data.size() - got, 1, nullptr, dl, id);
   if (opt_.checksum) [[unlikely]] verify_checksum(peer, l, h, detail::crc32c(0, s.data.data(), s.data.size()), dl, id);
-  peers_[static_cast<std::size_t>(peer)].inbox.push_back(std::move(s));
-  cv_.notify_all();
+  shared_.stash(peer, std::move(s));
 }
 
 inline void host_mesh::forget_comm(std::uint64_t comm) {
-  call_lock g(*this);
-  for (auto& c : peers_)
-    std::erase_if(c.inbox, [&](const stashed& s) { return s.h.fp.comm == comm; });
+  call_lock g(shared_);
+  shared_.forget(comm);
 }
 
 }  // namespace gsync::transport

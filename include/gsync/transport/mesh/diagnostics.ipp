@@ -46,7 +46,7 @@ inline void host_mesh::cross_check(int in_peer, message_id id, std::chrono::stea
   if (id.seq == 0 || is_p2p_tag(id.tag) || !stall_.tracking(id)) return;
   if (now - stall_.since() < std::chrono::milliseconds(100)) return;
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || p == in_peer || peers_[p].reading) continue;  // (shared mode: another thread reads p)
+    if (p == rank_ || p == in_peer || shared_.reading(p)) continue;  // (shared mode: another thread reads p)
     frame_header h;
     if (!data_link(p).peek_header(h)) continue;
     if (h.magic == notice_magic) {  // consume and report it

@@ -265,9 +265,9 @@ inline void host_mesh::do_closed_elsewhere(int peer, message_id id) {
     listener_.close();
     if (doorbell_owner* own = bell_owner()) {
       own->mark_failed(static_cast<std::uint32_t>((lost >= 0 ? lost : rank_) + 1));
-      if (my_lock()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it
+      if (shared_.held()) shm::notify(own->bell());  // shared mode: this rank's other threads may sleep on it
     }
-    if (my_lock()) cv_.notify_all();
+    if (shared_.held()) shared_.wake_all();
     log_.warn(msg);
   }
   throw error(kind, msg);

@@ -23,15 +23,12 @@
 #include <asio/ip/tcp.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -64,13 +61,14 @@
 #include "gsync/transport/links/link_port.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
-#include "gsync/transport/mesh/call_lock.hpp"
 #include "gsync/transport/mesh/failure_state.hpp"
 #include "gsync/transport/mesh/heartbeat.hpp"
 #include "gsync/transport/mesh/peer_conn.hpp"
 #include "gsync/transport/mesh/peer_listener.hpp"
+#include "gsync/transport/mesh/peer_records.hpp"
 #include "gsync/transport/mesh/rare_calls.hpp"
 #include "gsync/transport/mesh/records.hpp"
+#include "gsync/transport/mesh/shared_mode.hpp"
 #include "gsync/transport/mesh/shrink_state.hpp"
 #include "gsync/transport/mesh/stall_monitor.hpp"
 #include "gsync/transport/mesh/start_connector.hpp"
@@ -145,10 +143,10 @@ class host_mesh {
   void progress_sends();
 
   /// From now on several communicators share this endpoint (`transport::tcp::split`), possibly
-  /// from several threads: every call then takes the endpoint's lock (see `call_lock`).
+  /// from several threads: every call then takes the endpoint's lock (shared_mode.hpp).
   void share() noexcept {
     waiter_.open_wake();  // if it cannot, polls fall back to their 10 ms cap
-    multi_.store(true, std::memory_order_release);
+    shared_.share();
   }
   /// Drops the frames set aside for communicator `comm` (it was destroyed).
   void forget_comm(std::uint64_t comm);
@@ -159,67 +157,20 @@ class host_mesh {
   /// that a rank busy outside gsync afterwards is not reported as stuck in it.
   void op_finished() noexcept {
     try {
-      call_lock g(*this);
+      call_lock g(shared_);
       if (stall_.withdraw()) rare_->erase_stall_record(*this);
     } catch (...) {
     }
   }
 
  private:
-  using stashed = stashed_frame;  // peer_conn.hpp
   using peer_conn = mesh_peer;
-  // Shared mode: the endpoint's lock (transport/mesh/call_lock.hpp); one thread at a time reads
-  // a peer's stream (peer_conn::reading) and sets frames of other communicators aside in the
-  // peer's inbox, whole, for their owners (cv_ tells them).
-  struct call_lock : mesh_call_lock {
-    explicit call_lock(host_mesh& m) : mesh_call_lock(&m, m.multi_, m.mu_) {}
-  };
-  // The lock this thread holds on this endpoint (shared mode), else null.
-  std::unique_lock<std::mutex>* my_lock() const noexcept { return mesh_call_lock::held_on(this); }
-  // Runs f with this thread's lock on the endpoint released (if it holds it).
-  template <class F>
-  void unlocked(F&& f) {
-    std::unique_lock<std::mutex>* l = my_lock();
-    if (!l) {
-      f();
-      return;
-    }
-    l->unlock();
-    struct relock {
-      std::unique_lock<std::mutex>* l;
-      ~relock() { l->lock(); }
-    } again{l};
-    f();
-  }
-  // One pause of a spin, the lock released meanwhile in shared mode.
-  void relax() noexcept {
-    if (std::unique_lock<std::mutex>* l = my_lock()) {
-      l->unlock();
-      waiter::cpu_relax();
-      l->lock();
-    } else {
-      waiter::cpu_relax();
-    }
-  }
-  // Shared mode: waits until this thread may read `peer`'s stream; returns the index in the
-  // peer's inbox of a frame of `id`'s communicator set aside by another reader (to be taken
-  // first), or -1 after marking the stream as read by this thread (read_claim releases it).
-  long claim_read(int peer, message_id id, deadline dl);
-  struct read_claim {
-    host_mesh* m = nullptr;
-    int peer = -1;
-    read_claim() = default;
-    read_claim(const read_claim&) = delete;
-    read_claim& operator=(const read_claim&) = delete;
-    ~read_claim() {
-      if (m) m->release_read(peer);
-    }
-  };
-  void release_read(int peer) noexcept;
-  template <class F>
-  void take_stashed(int peer, long at, message_id id, std::size_t n, F&& deliver);
+  // Shared mode (shared_mode.hpp): every call holds the endpoint's lock; a frame of another
+  // communicator read off a peer's stream is set aside for its owner (data_path.ipp).
+  using call_lock = shared_mode::lock;
+  template <class F>  // out of line: the data path's calls keep only the test of shared mode
+  [[gnu::noinline]] bool from_inbox(int peer, message_id id, std::size_t n, deadline dl, shared_mode::read_claim& claim, F&& deliver);
   void set_aside(int peer, link_port& l, const frame_header& h, const std::byte* got_bytes, std::size_t got, deadline dl, message_id id);
-  std::size_t queued_of(std::uint64_t comm);
   static constexpr int listener_slot = -2;  // waiter::poll_set::idx of the listener (-1: the wake-up eventfd)
   static constexpr int admit_slot = -3;     // waiter::poll_set::idx of a connection being admitted
 
@@ -251,7 +202,6 @@ class host_mesh {
   void do_dial(int peer, deadline dl);
   start_connector::hooks connector_hooks(deadline dl);
   records::hello my_hello() const noexcept;
-  asio::ip::tcp::endpoint listener_of(int peer) const;
   void accept_ready(deadline dl) { rare_->accept_ready(*this, dl); }
   void do_accept_ready(deadline dl);
   void admit_some() { rare_->admit_some(*this); }
@@ -414,7 +364,7 @@ class host_mesh {
   std::unique_ptr<bootstrap::store_client> store_;
   std::uint64_t nonce_ = 0;
   std::vector<peer_conn> peers_;
-  std::vector<bootstrap::rank_record> records_;  // every rank's set-up record (setup.ipp)
+  peer_records records_;  // every rank's set-up record (peer_records.hpp; taken in setup_steps.ipp)
   std::chrono::milliseconds dial_timeout_{0};     // how long a dial made by post_send may block
   std::chrono::steady_clock::time_point lost_check_next_{};  // check_lost_while_unconnected
   std::size_t queued_ = 0;       // messages queued, all peers
@@ -441,10 +391,8 @@ class host_mesh {
   shrink_state rec_;         // the recovery listener (setup.ipp) and what shrinks keep (shrink.ipp)
   std::string master_addr_;  // the store's address, for abort()'s own connection
   std::uint16_t master_port_ = 0;
-  std::atomic<bool> multi_{false};  // shared mode (share())
-  waiter waiter_;                   // how this rank's threads wait on descriptors (waiter.hpp)
-  std::mutex mu_;                   // shared mode: the endpoint's state
-  std::condition_variable cv_;      // shared mode: a stream's reader let go, or a frame was set aside
+  waiter waiter_;       // how this rank's threads wait on descriptors (waiter.hpp)
+  shared_mode shared_;  // the endpoint's lock and per peer its reader and inbox, once shared (shared_mode.hpp)
 };
 
 }  // namespace gsync::transport

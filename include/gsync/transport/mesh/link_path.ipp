@@ -97,7 +97,7 @@ inline frame_header host_mesh::recv_staged(int peer, link_port& l, message_id id
   frame_header h;
   const std::size_t cap = opt_.staging_bytes - opt_.staging_bytes % align;
   // Shared mode: no payload byte is read with the header (the frame may be another communicator's).
-  std::size_t have = take_header(peer, l, h, stage, my_lock() ? 0 : std::min(cap, n), dl, id);
+  std::size_t have = take_header(peer, l, h, stage, shared_.held() ? 0 : std::min(cap, n), dl, id);
   check(h, id, n, peer, stage, have);
   std::size_t remaining = n - have;
   for (bool first = true; first || remaining > 0; first = false) {
@@ -134,12 +134,10 @@ inline void host_mesh::verify_checksum(int peer, link_port& l, const frame_heade
   char want[16], got[16];
   std::snprintf(want, sizeof want, "%08x", static_cast<unsigned>(ck.fp.count));
   std::snprintf(got, sizeof got, "%08x", static_cast<unsigned>(crc));
-  const auto& me = records_[static_cast<std::size_t>(rank_)];
-  const auto& them = records_[static_cast<std::size_t>(peer)];
   fail(errc::corrupted, "rank " + std::to_string(rank_) + ": the " + std::to_string(data.bytes) + "-byte payload of " +
                             describe_message(data.tag, data.seq, data.fp) + " from rank " + std::to_string(peer) + " failed its checksum (CRC32C " +
                             got + " received, " + want + " sent) on the " + std::string(l.name) +
-                            " link " + them.address + " (" + them.host + ") -> " + me.address + " (" + me.host + "): the data was altered on its way");
+                            " link " + records_.where(peer) + " -> " + records_.where(rank_) + ": the data was altered on its way");
 }
 
 [[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err) {

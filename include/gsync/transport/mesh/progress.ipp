@@ -40,7 +40,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   ps.clear();
   watch_links(ps, in_peer);
   watch_dialers(ps, in_peer);
-  const auto unl = [this](auto&& f) { unlocked(f); };
+  const auto unl = [this](auto&& f) { shared_.unlocked(f); };
   const auto bell_came = [&] { return bell_wait && bell_progress(in_peer); };
   bool ended = false;
   int r = 0;
@@ -55,7 +55,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     watch_closes(ps, in_peer);
     // At most a second at a time, so that the stall monitor looks while an operation hangs; shared
     // mode: 10 ms (another thread may queue sends meanwhile that this poll does not watch).
-    const bool shared = my_lock() != nullptr;
+    const bool shared = shared_.held() != nullptr;
     const int cap_ms = bell_wait ? 1 : shared ? 10 : 1000;
     r = waiter_.block(ps, std::min(cap_ms, detail::ms_left(dl)), shared, unl);
   }
@@ -134,7 +134,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
     for (;;) {
       for (int i = 0; i < 32; ++i) {
         if (bell_progress(in_peer)) return;
-        relax();
+        shared_.relax();
       }
       if (sockets) pump_descriptors();
       const auto now = std::chrono::steady_clock::now();
@@ -145,7 +145,7 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
   if (opt_.yield_us > 0) {  // give the core to whoever runs (often the rank waited for), stay awake
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(opt_.yield_us);
     do {
-      unlocked([] { ::sched_yield(); });
+      shared_.unlocked([] { ::sched_yield(); });
       if (bell_progress(in_peer)) return;
       if (sockets) pump_descriptors();
     } while (std::chrono::steady_clock::now() < until);
@@ -157,9 +157,9 @@ inline void host_mesh::bell_block(int in_peer, deadline dl, message_id id, int m
     return shm::disarm(bell);
   // A peer that fails or leaves rings this bell; one killed outright is noticed by the liveness
   // check after the timed sleep. Shared mode: at most 10 ms (another thread may queue sends).
-  const int ms = std::min(my_lock() ? std::min(max_sleep_ms, 10) : max_sleep_ms, detail::ms_left(dl));
+  const int ms = std::min(shared_.held() ? std::min(max_sleep_ms, 10) : max_sleep_ms, detail::ms_left(dl));
   bool rang = false;
-  unlocked([&] { rang = !shm::sleep(bell, seen, ms); });
+  shared_.unlocked([&] { rang = !shm::sleep(bell, seen, ms); });
   if (bell_progress(in_peer)) {
     // Progress after a full sleep during which nobody rang: a wake-up was lost (see shm.hpp),
     // or the data came in the few nanoseconds between the sleep's end and this check.

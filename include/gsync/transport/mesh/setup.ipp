@@ -108,6 +108,7 @@ inline host_mesh::host_mesh(const bootstrap::launch_info& given, std::chrono::mi
     start_heartbeat(me);
     exchange_records(li, dl, rj);
     peers_.resize(static_cast<std::size_t>(size_));  // placed once: a port may point at its peer's `ctl`
+    shared_.place(size_);
     for (auto& c : peers_) c.data = std::make_unique<link_port_of<tcp_link>>(0, c.ctl);  // until connect_links
     exchange_hosts(li);
     connect_links(dl);
@@ -212,14 +213,8 @@ inline void host_mesh::tune(detail::net::tcp_socket& s) {
 // The host identities (runs once, before any connection), from the ranks' set-up records: the
 // topology, the ranks of this host and those on this machine follow.
 inline void host_mesh::exchange_hosts(const bootstrap::launch_info& li) {
-  std::vector<std::string> ids(static_cast<std::size_t>(size_));
-  machine_ranks_ = 0;
-  for (int j = 0; j < size_; ++j) {
-    const auto& r = records_[static_cast<std::size_t>(j)];
-    ids[static_cast<std::size_t>(j)] = r.host;
-    machine_ranks_ += r.kernel == records_[static_cast<std::size_t>(rank_)].kernel;
-  }
-  topo_ = topology::from_ids(ids);
+  machine_ranks_ = records_.on_my_kernel();
+  topo_ = topology::from_ids(records_.hosts());
   local_size_ = static_cast<int>(topo_.ranks_on(topo_.host_of(rank_)).size());
   // Ranks that share this machine's cores: this host's (GSYNC_LOCAL_WORLD_SIZE or the host
   // identities), or more when other "hosts" (containers, network namespaces) run on the same

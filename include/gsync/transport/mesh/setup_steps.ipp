@@ -93,8 +93,7 @@ inline void host_mesh::exchange_records(const bootstrap::launch_info& li, deadli
     } catch (const std::exception&) {
       throw error(errc::mismatch, "bad job nonce in the store: '" + got[0].substr(0, 40) + "'");
     }
-    records_.reserve(static_cast<std::size_t>(size_));
-    for (int j = 0; j < size_; ++j) records_.push_back(j == rank_ ? mine : bootstrap::rank_record::parse(got[static_cast<std::size_t>(j) + 1], j));
+    records_.take(rank_, mine, std::span<const std::string>(got).subspan(1));
   }
   log_.info("rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " (local rank " + std::to_string(li.local_rank) +
             ", from " + li.source + " variables) transport tcp, listening on " + my_ep.address().to_string() + ":" +
@@ -187,7 +186,7 @@ inline void host_mesh::finish(deadline dl, rejoin* rj) {
   staging_ = detail::make_aligned_bytes(opt_.staging_bytes);
   settle_settings();
   if (hb_) {
-    const auto& next = records_[static_cast<std::size_t>((rank_ + 1) % size_)];
+    const auto& next = records_.of((rank_ + 1) % size_);
     hb_->ring(next.address, next.heartbeat_port, nonce_, [this](const heartbeat::news& n) { on_heartbeat(n); });
   }
   rec_.rejoining = false;

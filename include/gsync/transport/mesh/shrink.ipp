@@ -70,7 +70,7 @@ inline shrink_agreement host_mesh::coordinate_shrink(const shrink_round& sr, std
   bootstrap::store_server& agreement = recovery_store();
   shrink_agreement a;
   a.coordinator = sr.me;
-  const auto& me = records_[static_cast<std::size_t>(rank_)];
+  const auto& me = records_.mine();
   bootstrap::store_client sc(me.address, agreement.port(), dl, key_, liveness());
   sc.set(sr.prefix + "closed", "open", dl);  // (again) deciding
   std::int64_t& served = rec_.served[sr.comm];  // join slots answered by earlier decisions
@@ -152,7 +152,7 @@ inline void host_mesh::refuse_minority(const shrink_round& sr, const std::set<in
   const int g = static_cast<int>(sr.group.size());
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    bootstrap::store_client sc(records_[static_cast<std::size_t>(rank_)].address, rec_.server->port(), d, key_, liveness());
+    bootstrap::store_client sc(records_.mine().address, rec_.server->port(), d, key_, liveness());
     std::int64_t& served = rec_.served[sr.comm];
     const std::string mark = std::string(detail_shrink::minority) + " " + std::to_string(reached.size()) + " " + std::to_string(need);
     for (; served < seen; ++served) sc.set(sr.prefix + "decision/" + std::to_string(served), mark, d);
@@ -179,7 +179,7 @@ inline void host_mesh::close_agreement(std::uint64_t comm, bool done) noexcept {
   try {
     const deadline d = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     const std::string p = detail_shrink::prefix(comm);
-    bootstrap::store_client sc(records_[static_cast<std::size_t>(rank_)].address, rec_.server->port(), d, key_, liveness());
+    bootstrap::store_client sc(records_.mine().address, rec_.server->port(), d, key_, liveness());
     const std::string mark(done ? detail_shrink::closed : detail_shrink::gone);
     sc.set(p + "closed", mark, d);
     std::int64_t& served = rec_.served[comm];
@@ -200,7 +200,7 @@ inline shrink_agreement host_mesh::agree_survivors(const shrink_round& sr, std::
     int c = 0;
     while (dead.count(c)) ++c;
     if (c == sr.me) return coordinate_shrink(sr, dead, dl);
-    const auto& rc = records_[static_cast<std::size_t>(sr.group[static_cast<std::size_t>(c)])];
+    const auto& rc = records_.of(sr.group[static_cast<std::size_t>(c)]);
     shrink_agreement a;
     a.coordinator = c;
     bool out = false;  // the coordinator has closed its agreement: this rank is out (not a reason to try the next rank)
@@ -288,18 +288,18 @@ inline std::shared_ptr<host_mesh> host_mesh::shrink(std::chrono::milliseconds ti
     shrink_agreement a = agree_survivors(sr, known, dl);
     testing::shrink_stage(me, "agreed");
     bootstrap::launch_info li;
-    const auto& mine = records_[static_cast<std::size_t>(rank_)];
+    const auto& mine = records_.mine();
     bool placed = false;
     for (std::size_t i = 0; i < a.members.size(); ++i) {
       const int r = group[static_cast<std::size_t>(a.members[i])];
       if (r == rank_) li.rank = static_cast<int>(i), placed = true;
-      if (records_[static_cast<std::size_t>(r)].host == mine.host) {
+      if (records_.of(r).host == mine.host) {
         if (!placed) ++li.local_rank;  // same-host members before this one, in the new order
         ++li.local_size;
       }
     }
     li.size = static_cast<int>(a.members.size());
-    li.master_addr = records_[static_cast<std::size_t>(group[static_cast<std::size_t>(a.coordinator)])].address;
+    li.master_addr = records_.of(group[static_cast<std::size_t>(a.coordinator)]).address;
     li.master_port = a.store_port;
     li.host_id = mine.host;
     li.source = "shrink";
