@@ -1,4 +1,4 @@
-// Job-key authentication (bootstrap/auth.hpp): the handshake itself over socket pairs, the store
+// Job-key authentication (bootstrap/auth.hpp): the handshake itself over loopback connections, the store
 // rejecting strangers while serving the job, and whole jobs with a key, with a wrong key and with
 // a stranger knocking during set-up.
 #include <doctest/doctest.h>
@@ -32,12 +32,15 @@ namespace auth = gsync::bootstrap::auth;
 namespace {
 gsync::deadline in(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
 
+// A connected pair of loopback sockets, each on its own io_context: the two sides of a handshake
+// run on two threads, and the socket helpers run the io_context of the socket they wait on.
 struct sock_pair {
-  int fd[2] = {-1, -1};
-  sock_pair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fd) == 0); }
-  ~sock_pair() {
-    for (int f : fd)
-      if (f >= 0) ::close(f);
+  asio::io_context io_client, io_server;
+  gsync::detail::net::tcp_socket client{io_client}, server{io_server};
+  sock_pair() {
+    gsync::detail::net::tcp_acceptor acc(io_server, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    client.connect(acc.local_endpoint());
+    acc.accept(server);
   }
 };
 
@@ -54,11 +57,12 @@ outcome handshake(const auth::job_key& client_key, const auth::job_key& server_k
   sock_pair p;
   outcome o;
   std::thread srv([&] {
-    o.server_ok = auth::accept_handshake(p.fd[1], server_key, in(2000ms), "test client", o.server_why);
-    ::shutdown(p.fd[1], SHUT_RDWR);  // a server that rejects closes the connection
+    o.server_ok = auth::accept_handshake(p.server, server_key, in(2000ms), "test client", o.server_why);
+    asio::error_code ig;
+    p.server.shutdown(asio::socket_base::shutdown_both, ig);  // a server that rejects closes the connection
   });
   try {
-    auth::client_handshake(p.fd[0], client_key, in(2000ms), "test server");
+    auth::client_handshake(p.client, client_key, in(2000ms), "test server");
     o.client_ok = true;
   } catch (const gsync::error& e) {
     o.client_err = e.kind();
@@ -161,10 +165,10 @@ TEST_CASE("store: strangers (random bytes, wrong key, silent) are dropped while 
     std::mt19937 rng(7);
     std::string junk(4096, '\0');
     for (auto& ch : junk) ch = static_cast<char>(rng());
-    gsync::detail::write_all(s.native_handle(), junk.data(), junk.size(), in(2000ms), "store");
+    gsync::detail::write_all(s, junk.data(), junk.size(), in(2000ms), "store");
     char c;
     // The server closes it: a read returns EOF (peer_lost) rather than data.
-    CHECK_THROWS_AS(gsync::detail::read_all(s.native_handle(), &c, 1, in(3000ms), "store"), gsync::error);
+    CHECK_THROWS_AS(gsync::detail::read_all(s, &c, 1, in(3000ms), "store"), gsync::error);
   }
 #if defined(GSYNC_HAVE_OPENSSL)
   // A client with another key: refused, with auth_failed.

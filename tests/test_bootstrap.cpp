@@ -75,7 +75,7 @@ TEST_CASE("store: garbage from a stranger is dropped, other clients carry on") {
   asio::io_context io;
   auto s = gsync::detail::connect_retry(io, {asio::ip::make_address("127.0.0.1"), srv.port()}, in(5s), "store");
   const char junk[] = "\xff\xff\xff\x7fGET / HTTP/1.1\r\n\r\n";
-  gsync::detail::write_all(s.native_handle(), junk, sizeof junk, in(5s), "store");
+  gsync::detail::write_all(s, junk, sizeof junk, in(5s), "store");
   good.set("x", "1", in(5s));
   CHECK(good.get("x", in(5s)) == "1");
 }
@@ -391,7 +391,7 @@ TEST_CASE("store limits: beyond the per-address handshake slots the oldest silen
   char ch;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    gsync::detail::read_all(silent[0].native_handle(), &ch, 1, in(5s), "store");
+    gsync::detail::read_all(silent[0], &ch, 1, in(5s), "store");
     FAIL("a silent connection got a byte");
   } catch (const gsync::error& e) {
     CHECK(e.kind() == gsync::errc::peer_lost);
@@ -407,7 +407,7 @@ TEST_CASE("store limits: beyond the per-address handshake slots the oldest silen
   // not at their 5 s deadline (timeout).
   for (std::size_t i = 1; i < silent.size(); ++i) {
     try {
-      gsync::detail::read_all(silent[i].native_handle(), &ch, 1, in(5s), "store");
+      gsync::detail::read_all(silent[i], &ch, 1, in(5s), "store");
       FAIL("a silent connection got a byte");
     } catch (const gsync::error& e) {
       CHECK(e.kind() == gsync::errc::peer_lost);
@@ -423,7 +423,7 @@ TEST_CASE("store limits: a client that does not read its replies is dropped at o
   c.set("big", std::string(1 << 20, 'x'), in(5s));
   asio::io_context io;
   auto s = gsync::detail::connect_retry(io, {asio::ip::make_address("127.0.0.1"), srv.port()}, in(5s), "store");
-  gsync::bootstrap::auth::client_handshake(s.native_handle(), gsync::bootstrap::auth::job_key{}, in(5s), "store");
+  gsync::bootstrap::auth::client_handshake(s, gsync::bootstrap::auth::job_key{}, in(5s), "store");
   s.set_option(asio::ip::tcp::no_delay(true));  // each pair of requests on its own, not held back by Nagle
   namespace sp = gsync::bootstrap::store_proto;
   std::string frame(1, static_cast<char>(sp::cmd_get)), two;
@@ -437,7 +437,7 @@ TEST_CASE("store limits: a client that does not read its replies is dropped at o
   // sends would block, and it goes on serving the others until this one holds out_bytes unsent.
   for (int i = 0; i < 32; ++i) {
     try {
-      gsync::detail::write_all(s.native_handle(), two.data(), two.size(), in(2s), "store");
+      gsync::detail::write_all(s, two.data(), two.size(), in(2s), "store");
     } catch (const gsync::error&) {
       break;  // dropped already
     }
@@ -446,7 +446,7 @@ TEST_CASE("store limits: a client that does not read its replies is dropped at o
   CHECK(c.get("big", in(2s)).size() == std::size_t{1} << 20);
   std::vector<char> sink(64 << 20);
   try {  // what reached its socket, then the close: far less than the 64 MiB
-    gsync::detail::read_all(s.native_handle(), sink.data(), sink.size(), in(5s), "store");
+    gsync::detail::read_all(s, sink.data(), sink.size(), in(5s), "store");
     FAIL("a client that did not read got every reply");
   } catch (const gsync::error& e) {
     CHECK(e.kind() == gsync::errc::peer_lost);

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -77,21 +78,24 @@ struct news_box {
 
 // A neighbour played by hand: a connection to a heartbeat's listener (or accepted from it).
 struct peer {
-  int fd = -1;
-  ~peer() {
-    if (fd >= 0) ::close(fd);
-  }
+  asio::io_context io;  // the socket helpers run it while they wait on `s`
+  gsync::detail::net::tcp_socket s{io};
+  int fd = -1;  // s's descriptor, for the raw calls
   void dial(std::uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    s.connect(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), port));
+    adopt(s.native_handle());
+  }
+  // Takes a connection accepted with accept4(2).
+  void take(int accepted) {
+    s.assign(asio::ip::tcp::v4(), accepted);
+    adopt(accepted);
+  }
+  void adopt(int f) {
+    fd = f;
+    gsync::detail::set_cloexec(fd);
     gsync::detail::set_nonblocking(fd);
   }
-  void handshake(const auth::job_key& k) { auth::client_handshake(fd, k, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
+  void handshake(const auth::job_key& k) { auth::client_handshake(s, k, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
   // Dials, passes the (keyless) handshake and says hello as `rank` of `size` in job `nonce`.
   void join(std::uint16_t port, int rank, int size, std::uint64_t nonce);
   void hello(int rank, int size, std::uint64_t nonce) {
@@ -110,13 +114,13 @@ struct peer {
     b += text;
     write(b.data(), b.size());
   }
-  void write(const void* p, std::size_t n) { gsync::detail::write_all(fd, p, n, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
+  void write(const void* p, std::size_t n) { gsync::detail::write_all(s, p, n, std::chrono::steady_clock::now() + 5s, "heartbeat"); }
   // Reads messages until one of kind `k` comes (true) or the connection closes or 5 s pass.
   bool read_until(std::uint32_t k, int rank, std::string* text = nullptr) {
     std::string in;
     const auto until = std::chrono::steady_clock::now() + 5s;
     while (std::chrono::steady_clock::now() < until) {
-      if (!gsync::detail::wait_fd(fd, POLLIN, until)) return false;
+      if (!gsync::detail::wait_ready(s, asio::socket_base::wait_read, until)) return false;
       char b[4096];
       const ssize_t r = ::recv(fd, b, sizeof b, 0);
       if (r <= 0) return false;
@@ -138,7 +142,7 @@ struct peer {
   bool closed_by_other_side() {
     const auto until = std::chrono::steady_clock::now() + 5s;
     char b[4096];
-    while (gsync::detail::wait_fd(fd, POLLIN, until)) {
+    while (gsync::detail::wait_ready(s, asio::socket_base::wait_read, until)) {
       const ssize_t r = ::recv(fd, b, sizeof b, 0);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return true;
     }
@@ -258,10 +262,11 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   bool shook = false;
   heartbeat::hello h;
   std::thread successor([&] {
-    succ.fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (succ.fd < 0) return;
-    shook = auth::accept_handshake(succ.fd, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why);
-    if (shook) gsync::detail::read_all(succ.fd, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
+    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    succ.take(fd);
+    shook = auth::accept_handshake(succ.s, no_key, std::chrono::steady_clock::now() + 5s, "heartbeat", why);
+    if (shook) gsync::detail::read_all(succ.s, &h, sizeof h, std::chrono::steady_clock::now() + 5s, "heartbeat");
   });
   hb.ring("127.0.0.1", succ_port, 42, box.fn());
   successor.join();
@@ -271,7 +276,6 @@ TEST_CASE("heartbeat: a loss heard from one neighbour is reported once and passe
   CHECK(h.rank == 1);
   CHECK(h.size == 4);
   CHECK(h.nonce == 42u);
-  gsync::detail::set_nonblocking(succ.fd);
   CHECK(succ.read_until(heartbeat::beat, -1));  // it beats to its successor
 
   peer pred;
@@ -348,7 +352,8 @@ TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried
   std::atomic<bool> done{false};
   std::thread successor([&] {
     while (!done.load()) {
-      if (!gsync::detail::wait_fd(lfd, POLLIN, std::chrono::steady_clock::now() + 50ms)) continue;
+      pollfd p{lfd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
       const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       ++dials;

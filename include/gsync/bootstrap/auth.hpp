@@ -257,16 +257,16 @@ class client_steps {
   nonce nc_;
 };
 
-/// Initiator side on connected socket `fd`: proves the key and checks the server's proof.
+/// Initiator side on connected socket `s`: proves the key and checks the server's proof.
 /// Throws errc::auth_failed when the server does not hold the same key (or does not speak the
-/// protocol), errc::timeout / peer_lost as the socket helpers do.
-inline void client_handshake(int fd, const job_key& key, deadline dl, const std::string& what) {
+/// protocol), errc::timeout / peer_lost as the socket helpers do (which run the socket's io_context).
+inline void client_handshake(detail::net::tcp_socket& s, const job_key& key, deadline dl, const std::string& what) {
   const client_steps steps(key);
   const std::string h = steps.hello();
-  detail::write_all(fd, h.data(), h.size(), dl, what);
+  detail::write_all(s, h.data(), h.size(), dl, what);
   std::array<std::uint8_t, challenge_bytes> c{};
   try {
-    detail::read_all(fd, c.data(), c.size(), dl, what);
+    detail::read_all(s, c.data(), c.size(), dl, what);
   } catch (const error& e) {
     // A server with another key is caught below (its proof does not match ours) before it can
     // reject ours, so a close here means the other side went away (or is not a gsync endpoint).
@@ -276,7 +276,7 @@ inline void client_handshake(int fd, const job_key& key, deadline dl, const std:
     throw;
   }
   const std::string proof = steps.prove(c.data(), what);
-  detail::write_all(fd, proof.data(), proof.size(), dl, what);
+  detail::write_all(s, proof.data(), proof.size(), dl, what);
 }
 
 /// Incremental server side, for event loops (the store): feed it the bytes received so far.
@@ -328,9 +328,10 @@ class server_handshake {
   std::string why_;
 };
 
-/// Blocking server side on accepted socket `fd` (data connections). Returns false, with the reason
-/// in `why`, when the peer does not authenticate before `dl`; the caller closes and logs.
-inline bool accept_handshake(int fd, const job_key& key, deadline dl, const std::string& what, std::string& why) {
+/// Blocking server side on accepted socket `s` (the socket helpers run its io_context). Returns
+/// false, with the reason in `why`, when the peer does not authenticate before `dl`; the caller
+/// closes and logs.
+inline bool accept_handshake(detail::net::tcp_socket& s, const job_key& key, deadline dl, const std::string& what, std::string& why) {
   server_handshake hs(key);
   std::string in, out;
   bool challenged = false;  // the hello was answered; the client's proof comes next
@@ -338,11 +339,11 @@ inline bool accept_handshake(int fd, const job_key& key, deadline dl, const std:
     for (;;) {
       const std::size_t want = challenged ? mac_bytes : hello_bytes;
       std::string buf(want, '\0');
-      detail::read_all(fd, buf.data(), want, dl, what);
+      detail::read_all(s, buf.data(), want, dl, what);
       in += buf;
       const auto st = hs.feed(in, out);
       if (!out.empty()) {
-        detail::write_all(fd, out.data(), out.size(), dl, what);
+        detail::write_all(s, out.data(), out.size(), dl, what);
         out.clear();
         challenged = true;
       }

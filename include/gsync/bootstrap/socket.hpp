@@ -1,13 +1,14 @@
 #pragma once
 /// \file
 /// Blocking-with-deadline socket helpers over Asio sockets (non-templated; shared by the store and
-/// the TCP transport's connection setup). The data path uses the same native handles non-blocking.
+/// the TCP transport's connection setup): non-blocking send/recv, and a wait for readiness on the
+/// socket's io_context with an Asio timer for the deadline. The data path uses the same native
+/// handles non-blocking.
 
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,12 +16,12 @@
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/udp.hpp>
+#include <asio/socket_base.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "gsync/bootstrap/fd_limit.hpp"
 #include "gsync/core/concepts.hpp"
@@ -53,18 +54,37 @@ inline int ms_left(deadline dl) {
 /// `errno` text.
 inline std::string errno_text(int e) { return std::strerror(e); }
 
-/// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `dl` passes; returns false on timeout.
-inline bool wait_fd(int fd, short events, deadline dl) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int r = ::poll(&p, 1, ms_left(dl));
-    if (r > 0) return true;
-    if (r == 0) {
-      if (steady::now() >= dl) return false;
-      continue;
-    }
-    if (errno != EINTR) throw error(errc::system, "poll: " + errno_text(errno));
-  }
+/// Waits until `s` is ready for `w` (`wait_read` / `wait_write`) or `dl` passes; false at the
+/// deadline. Runs the socket's io_context, which no other thread may run meanwhile.
+inline bool wait_ready(net::tcp_socket& s, asio::socket_base::wait_type w, deadline dl) {
+  asio::io_context& io = s.get_executor().context();
+  net::steady_timer timer(io, dl);
+  enum { waiting, ready, late } got = waiting;
+  int pending = 2;
+  s.async_wait(w, [&](const asio::error_code& e) {  // a socket's error shows in the send or recv that follows
+    --pending;
+    if (got == waiting && e != asio::error::operation_aborted) got = ready;
+  });
+  timer.async_wait([&](const asio::error_code& e) {
+    --pending;
+    if (got == waiting && !e) got = late;
+  });
+  io.restart();
+  while (got == waiting) io.run_one();
+  asio::error_code ig;
+  timer.cancel();
+  s.cancel(ig);
+  while (pending > 0) io.run_one();  // the cancelled handler refers to this frame
+  return got == ready;
+}
+
+/// Pauses this thread for `d` on `io` (no other thread may run it meanwhile).
+inline void pause_on(asio::io_context& io, std::chrono::milliseconds d) {
+  net::steady_timer timer(io, d);
+  bool done = false;
+  timer.async_wait([&done](const asio::error_code&) { done = true; });
+  io.restart();
+  while (!done) io.run_one();
 }
 
 /// Puts a native socket in non-blocking mode.
@@ -73,11 +93,12 @@ inline void set_nonblocking(int fd) {
   if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) throw error(errc::system, "fcntl(O_NONBLOCK): " + errno_text(errno));
 }
 
-/// Writes all of [p, p+n) to non-blocking `fd` before `dl`. `what` names the peer in errors.
-inline void write_all(int fd, const void* p, std::size_t n, deadline dl, const std::string& what) {
+/// Writes all of [p, p+n) to `s` before `dl` (wait_ready's rule on its io_context). `what` names
+/// the peer in errors.
+inline void write_all(net::tcp_socket& s, const void* p, std::size_t n, deadline dl, const std::string& what) {
   auto* b = static_cast<const char*>(p);
   while (n > 0) {
-    ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = ::send(s.native_handle(), b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       b += w;
       n -= static_cast<std::size_t>(w);
@@ -85,7 +106,7 @@ inline void write_all(int fd, const void* p, std::size_t n, deadline dl, const s
     }
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_fd(fd, POLLOUT, dl)) throw error(errc::timeout, "timed out writing to " + what);
+      if (!wait_ready(s, asio::socket_base::wait_write, dl)) throw error(errc::timeout, "timed out writing to " + what);
       continue;
     }
     throw error(errc::peer_lost, "connection to " + what + " lost while writing: " + errno_text(errno));
@@ -108,11 +129,11 @@ inline int send_some(int fd, std::string& out) noexcept {
   return 0;
 }
 
-/// Reads exactly n bytes from non-blocking `fd` before `dl`.
-inline void read_all(int fd, void* p, std::size_t n, deadline dl, const std::string& what) {
+/// Reads exactly n bytes from `s` before `dl` (wait_ready's rule on its io_context).
+inline void read_all(net::tcp_socket& s, void* p, std::size_t n, deadline dl, const std::string& what) {
   auto* b = static_cast<char*>(p);
   while (n > 0) {
-    ssize_t r = ::recv(fd, b, n, MSG_DONTWAIT);
+    ssize_t r = ::recv(s.native_handle(), b, n, MSG_DONTWAIT);
     if (r > 0) {
       b += r;
       n -= static_cast<std::size_t>(r);
@@ -121,7 +142,7 @@ inline void read_all(int fd, void* p, std::size_t n, deadline dl, const std::str
     if (r == 0) throw error(errc::peer_lost, "connection to " + what + " closed by the peer");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_fd(fd, POLLIN, dl)) throw error(errc::timeout, "timed out reading from " + what);
+      if (!wait_ready(s, asio::socket_base::wait_read, dl)) throw error(errc::timeout, "timed out reading from " + what);
       continue;
     }
     throw error(errc::peer_lost, "connection to " + what + " lost while reading: " + errno_text(errno));
@@ -218,6 +239,7 @@ inline asio::ip::address resolve_host(asio::io_context& io, const std::string& h
 
 /// Connects to `ep`, retrying refused connections (the listener may not be up yet) until `dl`;
 /// with `retry_refused` false, a refusal is at once `errc::peer_lost` (the listener was up: it is gone).
+/// Its waits and pauses run `io` (wait_ready's rule).
 inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::endpoint& ep, deadline dl,
                                            const std::string& what, const std::string& congestion = {}, bool retry_refused = true) {
   auto backoff = std::chrono::milliseconds(5);
@@ -234,7 +256,7 @@ inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::
     int r = ::connect(s.native_handle(), ep.data(), static_cast<socklen_t>(ep.size()));
     int err = r == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
-      if (wait_fd(s.native_handle(), POLLOUT, dl)) {
+      if (wait_ready(s, asio::socket_base::wait_write, dl)) {
         socklen_t len = sizeof(err);
         ::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
       } else {
@@ -248,25 +270,8 @@ inline net::tcp_socket connect_retry(asio::io_context& io, const asio::ip::tcp::
     if (steady::now() + backoff >= dl)
       throw error(errc::timeout, "could not connect to " + what + " at " + ep.address().to_string() + ":" +
                                      std::to_string(ep.port()) + " before the deadline (last error: " + last + ")");
-    std::this_thread::sleep_for(backoff);
+    pause_on(io, backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-  }
-}
-
-/// Accepts one connection on non-blocking `acc` before `dl`; returns false on timeout.
-inline bool accept_until(net::tcp_acceptor& acc, net::tcp_socket& out, deadline dl) {
-  for (;;) {
-    asio::error_code ec;
-    acc.accept(out, ec);
-    if (!ec) {
-      set_cloexec(out.native_handle());
-      return true;
-    }
-    if (bootstrap::out_of_descriptors(ec)) throw bootstrap::fd_exhausted("accept", 0);
-    if (ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted &&
-        ec != asio::error::connection_aborted)
-      throw error(errc::system, "accept: " + ec.message());
-    if (!wait_fd(acc.native_handle(), POLLIN, dl)) return false;
   }
 }
 

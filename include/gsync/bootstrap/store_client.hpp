@@ -2,7 +2,7 @@
 /// \file
 /// The rendezvous store's client (bootstrap/store.hpp), one per rank: connects to the server with
 /// retries, proves the job key, and sends set / get / add / wait / check / hello / bye requests with
-/// a deadline on each.
+/// a deadline on each. Its waits run on its own io_context, an Asio timer holding each deadline.
 
 #include <sys/socket.h>
 
@@ -41,7 +41,7 @@ class store_client {
                                /*retry_refused=*/!connect_by);
     detail::tune_control_socket(s_.native_handle(), liveness);
     what_ = "the gsync store (served by rank 0) at " + host + ":" + std::to_string(port);
-    auth::client_handshake(s_.native_handle(), key, dl, what_);
+    auth::client_handshake(s_, key, dl, what_);
   }
 
   store_client(const store_client&) = delete;
@@ -155,17 +155,16 @@ class store_client {
       store_proto::put<std::uint32_t>(req, static_cast<std::uint32_t>(1 + body.size()));
       req.push_back(static_cast<char>(cmd));
       req += body;
-      const int fd = s_.native_handle();
       // The server answers a timed-out wait itself; allow it a moment past the deadline to do so.
       // Other requests are answered at once or not at all (a stopped server): the deadline holds.
       const bool waits = cmd == store_proto::cmd_get || cmd == store_proto::cmd_mget || cmd == store_proto::cmd_wait;
       const deadline reply_dl = waits ? dl + std::chrono::seconds(2) : dl;
-      detail::write_all(fd, req.data(), req.size(), reply_dl, what_);
+      detail::write_all(s_, req.data(), req.size(), reply_dl, what_);
       std::uint32_t len = 0;
-      detail::read_all(fd, &len, 4, reply_dl, what_);
+      detail::read_all(s_, &len, 4, reply_dl, what_);
       if (len == 0 || len > store_proto::max_frame) throw error(errc::mismatch, "malformed reply from " + what_);
       std::string r(len, '\0');
-      detail::read_all(fd, r.data(), len, reply_dl, what_);
+      detail::read_all(s_, r.data(), len, reply_dl, what_);
       if (r[0] == store_proto::st_lost)
         throw error(errc::peer_lost, "store: " + r.substr(1) + (doing.empty() ? std::string{} : " (this rank was " + doing + ")"));
       if (r[0] == store_proto::st_timeout)
@@ -182,7 +181,7 @@ class store_client {
     }
   }
 
-  asio::io_context io_;
+  asio::io_context io_;  // s_'s; run by the thread in a call (under m_) or in the constructor
   detail::net::tcp_socket s_;
   std::string what_;
   std::mutex m_;
