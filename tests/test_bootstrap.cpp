@@ -69,6 +69,57 @@ TEST_CASE("store: a wait that is never satisfied raises timeout at its deadline"
   CHECK(c.get("after", in(5s)) == "ok");
 }
 
+TEST_CASE("store client: a store that stops answering fails the handshake, then a call, with timeout at the deadline") {
+  const gsync::bootstrap::auth::job_key none;
+  auto elapsed_since = [](std::chrono::steady_clock::time_point t0) { return std::chrono::steady_clock::now() - t0; };
+  {
+    // A listener nobody accepts on: the kernel completes the connection, nothing answers the handshake.
+    asio::io_context io;
+    gsync::detail::net::tcp_acceptor acc(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      gsync::bootstrap::store_client c("127.0.0.1", acc.local_endpoint().port(), in(300ms), none);
+      FAIL("a store that never answered was joined");
+    } catch (const gsync::error& e) {
+      CHECK(e.kind() == gsync::errc::timeout);
+      CHECK(std::string(e.what()).find("timed out reading from") != std::string::npos);
+    }
+    CHECK(elapsed_since(t0) >= 290ms);
+    CHECK(elapsed_since(t0) < 1500ms);
+  }
+  // A store that passes the handshake, then stops: it reads nothing and answers nothing.
+  asio::io_context sio;  // run by the store's thread only (the socket helpers run it while they wait)
+  gsync::detail::net::tcp_acceptor acc(sio, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  gsync::detail::net::tcp_socket conn(sio);
+  bool shook = false;
+  std::string why;
+  std::thread store([&] {
+    acc.accept(conn);
+    shook = gsync::bootstrap::auth::accept_handshake(conn, none, in(5s), "test client", why);
+  });
+  gsync::bootstrap::store_client c("127.0.0.1", acc.local_endpoint().port(), in(5s), none);
+  store.join();
+  REQUIRE_MESSAGE(shook, why);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.set("k", "v", in(300ms));
+    FAIL("a store that stopped answered");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::timeout);
+    CHECK(std::string(e.what()).find("timed out reading from") != std::string::npos);
+  }
+  CHECK(elapsed_since(t0) >= 290ms);
+  CHECK(elapsed_since(t0) < 1500ms);
+  // A reply may still come for the request that timed out: the connection is not used again.
+  try {
+    c.check("k", in(2s));
+    FAIL("a connection was used after a call on it timed out");
+  } catch (const gsync::error& e) {
+    CHECK(e.kind() == gsync::errc::peer_lost);
+    CHECK(std::string(e.what()).find("unusable") != std::string::npos);
+  }
+}
+
 TEST_CASE("store: garbage from a stranger is dropped, other clients carry on") {
   gsync::bootstrap::store_server srv("127.0.0.1", 0);
   gsync::bootstrap::store_client good("127.0.0.1", srv.port(), in(5s));
