@@ -70,16 +70,20 @@ struct recursive_doubling {
         p.finish();
         continue;
       }
-      if (r < extra) p.recv_reduce(r + pow2, p.out(all), p.in(all), false);
-      else p.copy(p.out(all), p.in(all));
+      // The partial result lives in the output from the first combination on; until then (no
+      // fold into this rank) the first step sends the input itself and combines it into the
+      // output, which saves a copy of the whole buffer.
+      const bool folded_in = r < extra;
+      if (folded_in) p.recv_reduce(r + pow2, p.out(all), p.in(all), false);
       for (int mask = 1; mask < pow2; mask <<= 1) {
         const int partner = r ^ mask;
         const bool last = (mask << 1) == pow2;
-        p.send(partner, p.out(all));
+        const auto mine = mask == 1 && !folded_in ? p.in(all) : p.out(all);
+        p.send(partner, mine);
         p.recv(partner, p.scratch(tmp));
-        p.finish();  // our buffer is about to change: the partner must have taken it
-        if (r & mask) p.reduce(p.out(all), p.scratch(tmp), p.out(all), last);
-        else p.reduce(p.out(all), p.out(all), p.scratch(tmp), last);
+        p.finish();  // the output is about to change: the partner must have taken what it was sent
+        if (r & mask) p.reduce(p.out(all), p.scratch(tmp), mine, last);
+        else p.reduce(p.out(all), mine, p.scratch(tmp), last);
       }
       if (r < extra) {
         p.send(r + pow2, p.out(all));
