@@ -387,9 +387,12 @@ TEST_CASE("automatic choice: one machine whose ranks share cores takes direct, s
   gsync::topology one = gsync::topology::blocks(4, 4), shared = gsync::topology::blocks(4, 4);
   shared.set_cores_shared(true);
   CHECK_FALSE(one.cores_shared());
-  // Cores to spare: the assumed shared-memory model (10 us a hop) keeps recursive doubling.
-  for (std::size_t b : {std::size_t{8}, std::size_t{64} << 10, std::size_t{128} << 10})
-    CHECK(choose_allreduce(b, 4, shm_costs, "", &one).id == allreduce_id_of<recursive_doubling>);
+  // Cores to spare (the shared-memory model fitted with a core per rank): recursive doubling for
+  // tiny buffers; from a few KiB, where its whole-buffer reductions cost more than the extra
+  // hops, halving-doubling, then the ring.
+  CHECK(choose_allreduce(8, 4, shm_costs, "", &one).id == allreduce_id_of<recursive_doubling>);
+  CHECK(choose_allreduce(std::size_t{16} << 10, 4, shm_costs, "", &one).id == allreduce_id_of<halving_doubling>);
+  CHECK(choose_allreduce(std::size_t{128} << 10, 4, shm_costs, "", &one).id == allreduce_id_of<ring>);
   // 4 ranks on fewer cores (fitted on 2): direct for tiny buffers (the measured table: one wait
   // instead of two), recursive doubling, then halving-doubling, then the ring.
   const auto tiny = choose_allreduce(8, 4, shm_costs, "", &shared);
@@ -400,6 +403,8 @@ TEST_CASE("automatic choice: one machine whose ranks share cores takes direct, s
   CHECK(choose_allreduce(1025, 4, shm_costs, "", &shared).id == allreduce_id_of<recursive_doubling>);
   CHECK(choose_allreduce(std::size_t{16} << 10, 4, shm_costs, "", &shared).id == allreduce_id_of<recursive_doubling>);
   CHECK(choose_allreduce(std::size_t{128} << 10, 4, shm_costs, "", &shared).id == allreduce_id_of<halving_doubling>);
+  // up to shared_hd_even_bytes halving-doubling's steps lose nothing to the ring's pipeline
+  CHECK(choose_allreduce(std::size_t{2} << 20, 4, shm_costs, "", &shared).id == allreduce_id_of<halving_doubling>);
   CHECK(choose_allreduce(std::size_t{4} << 20, 4, shm_costs, "", &shared).id == allreduce_id_of<ring>);
   // 6..8 ranks on 2 cores: direct up to 1 KiB, star from there to 512 KiB, the model beyond;
   // more than 8 ranks were not measured: the model decides.

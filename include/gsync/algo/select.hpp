@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "gsync/algo/registry.hpp"
 #include "gsync/core/config.hpp"
@@ -86,10 +87,13 @@ inline std::optional<allreduce_id> parse_allreduce(std::string_view s, std::stri
 
 /// The model of the links inside the hosts of a job placed as `topo`, whose ranks of one host
 /// talk over links costing `local`: that model, with the cost of a message timed at start-up where
-/// the probe measured it (core/links.hpp).
+/// the probe measured it (core/links.hpp), and no gamma: the network's model has none (it could
+/// not be told from beta), and the flat schedules' reductions are priced with it, so the
+/// hierarchical schedule's must not be priced higher.
 inline cost_model intra_model(const link_costs& local, const topology& topo) noexcept {
   cost_model m = local.model;
   if (const auto& l = topo.links(); l && l->intra_alpha_us > 0) m.alpha_us = l->intra_alpha_us;
+  m.gamma_us_per_byte = 0;
   return m;
 }
 
@@ -320,8 +324,16 @@ inline choice choose_allreduce(std::size_t bytes, int world, const link_costs& l
       const auto h = A::allreduce_hosts_us(bytes, *topo, intra, network);
       if (!h) return;
       t = *h;
+    } else if (multi_host) {
+      t = estimate_placed_us(id, bytes, *topo, intra, network);
+    } else if (cores_shared && std::is_same_v<A, halving_doubling> && bytes <= shared_hd_even_bytes) {
+      // Ranks sharing cores: up to shared_hd_even_bytes its steps lose nothing to the ring's
+      // pipeline (as across hosts, estimate_placed_us): no step penalty on its bytes.
+      cost_model even = m;
+      even.beta_us_per_byte /= halving_doubling::step_penalty;
+      t = estimate_us(id, bytes, world, even);
     } else {
-      t = multi_host ? estimate_placed_us(id, bytes, *topo, intra, network) : estimate_us(id, bytes, world, m);
+      t = estimate_us(id, bytes, world, m);
     }
     if (!have_best || t < c.cost_us) {
       if (have_best) c.runner_up = c.id, c.runner_up_us = c.cost_us, have_second = true;

@@ -43,10 +43,13 @@ struct cost_model {
 
   /// Fitted on loopback TCP, 2-core VM (see above).
   static constexpr cost_model tcp_loopback() noexcept { return {156.0, 9.0e-5, 0.0, 512 << 10, 256 << 10}; }
-  /// Shared memory between ranks of one host. ASSUMED, not fitted yet: a hop costs about 10 us
-  /// (a futex wake-up at worst) and a byte half of loopback TCP's (one copy in, one read out, no
-  /// kernel). Only its ratio to `network` matters for the hierarchical choice.
-  static constexpr cost_model shared_memory() noexcept { return {10.0, 4.5e-5, 0.0, 512 << 10, 256 << 10}; }
+  /// Shared memory between ranks of one host, fitted to gsync-perf runs of every algorithm at
+  /// N = 2 (a core per rank), 8 B .. 64 MiB, on the 2-core VM (benchmarks/results/issue52/shm_model.md):
+  /// alpha = the median time of recursive doubling up to 1 KiB (one message), beta and gamma =
+  /// least squares on relative error over the points from 64 KiB. Here the reduction does not
+  /// overlap with a copy (both are the same core's work), so gamma is not 0 as over TCP; it is
+  /// why the ring takes over from recursive doubling at a few KiB.
+  static constexpr cost_model shared_memory() noexcept { return {0.34, 7.8e-5, 9.6e-5, 512 << 10, 256 << 10}; }
   /// Shared memory on one machine that runs more ranks than it has cores: every hop waits for the
   /// peer to be scheduled, and the ranks' copies and reductions take turns on the cores. Fitted
   /// to gsync-perf with forced algorithms on 4 ranks sharing 2 cores, so that with halving-doubling's
