@@ -35,13 +35,32 @@ struct die_at {
   ~die_at() { gsync::transport::testing::shrink_stage_hook = nullptr; }
 };
 
+// Counts the ranks whose first allreduce has returned. A rank that finishes an allreduce may leave
+// it before the others do, and one that dies then can fail their copy of it (a wait for a peer's
+// dial fails on any lost rank); the tests below want that op completed by all, so the victim
+// waits here before it dies.
+struct first_op_gate {
+  std::atomic<int> done{0};
+  void arrive() { ++done; }
+  void wait_for(int ranks) const {
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (done.load() < ranks && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  }
+};
+
 // Rank r of n joins (host `host`) and takes part in one allreduce; rank `first` then dies (throws
-// `died`), and the others return once an allreduce has failed with peer_lost for it.
-gsync::tcp_communicator join_and_lose(int r, int n, std::uint16_t port, const std::string& host, const gsync::config& cfg, int first) {
+// `died`) once the others have finished that allreduce, and the others return once an allreduce
+// has failed with peer_lost for it.
+gsync::tcp_communicator join_and_lose(int r, int n, std::uint16_t port, const std::string& host, const gsync::config& cfg, int first,
+                                      first_op_gate& gate) {
   auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, host), cfg);
   std::vector<float> v(100, 1.0f);
   gsync::allreduce(comm, std::span<float>{v});
-  if (r == first) throw died{};
+  if (r == first) {
+    gate.wait_for(n - 1);
+    throw died{};
+  }
+  gate.arrive();
   try {
     gsync::allreduce(comm, std::span<float>{v});
   } catch (const gsync::error& e) {
@@ -57,6 +76,7 @@ void shrink_after_death(int n, int victim, std::function<std::string(int)> host_
   std::vector<std::string> err(static_cast<std::size_t>(n));
   std::vector<int> new_rank(static_cast<std::size_t>(n), -1), new_size(static_cast<std::size_t>(n), -1);
   std::vector<float> got(static_cast<std::size_t>(n), -1);
+  first_op_gate gate;
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
@@ -66,6 +86,7 @@ void shrink_after_death(int n, int victim, std::function<std::string(int)> host_
             auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, host_of(r)), cfg);
             std::vector<float> v(1000, 1.0f);
             gsync::allreduce(comm, std::span<float>{v});
+            gate.wait_for(n - 1);
             throw died{};  // the communicator is dropped while this unwinds: no goodbye
           } catch (const died&) {
           }
@@ -74,6 +95,7 @@ void shrink_after_death(int n, int victim, std::function<std::string(int)> host_
         auto comm = gsync::tcp_communicator::join(gsync_test::test_launch_info(r, n, port, host_of(r)), cfg);
         std::vector<float> v(1000, 1.0f);
         gsync::allreduce(comm, std::span<float>{v});
+        gate.arrive();
         try {  // the victim is not there: this fails when its connections close
           gsync::allreduce(comm, std::span<float>{v});
           throw std::runtime_error("an allreduce with a dead rank returned");
@@ -198,11 +220,12 @@ void die_during_shrink(int n, int victim, const char* stage) {
   std::vector<std::string> err(static_cast<std::size_t>(n));
   std::vector<int> new_rank(static_cast<std::size_t>(n), -1), new_size(static_cast<std::size_t>(n), -1);
   std::vector<float> got(static_cast<std::size_t>(n), -1);
+  first_op_gate gate;
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        auto comm = join_and_lose(r, n, port, "dshrink-host-" + std::to_string(r), cfg, 1);
+        auto comm = join_and_lose(r, n, port, "dshrink-host-" + std::to_string(r), cfg, 1, gate);
         std::optional<gsync::tcp_communicator> next;
         try {
           next.emplace(comm.shrink());
@@ -320,11 +343,12 @@ TEST_CASE("shrink: a rank that arrives after the others went on is told it is ou
   std::atomic<bool> one_gone{false};
   gsync::errc late_kind = gsync::errc::system;
   std::string late_msg;
+  first_op_gate gate;
   std::vector<std::thread> th;
   for (int r = 0; r < n; ++r)
     th.emplace_back([&, r] {
       try {
-        auto comm = join_and_lose(r, n, port, "late2-host-" + std::to_string(r), cfg, 0);
+        auto comm = join_and_lose(r, n, port, "late2-host-" + std::to_string(r), cfg, 0, gate);
         if (r == 4) {
           while (done.load() < n - 3 || !one_gone.load()) std::this_thread::yield();
           try {
