@@ -8,6 +8,8 @@
 //   - point to point: sendrecv against MPI_Sendrecv, send/recv against MPI_Send/MPI_Recv;
 //   - an asynchronous gsync allreduce in flight while the main thread runs MPI collectives;
 //   - a second communicator from the same environment after the first is destroyed.
+// gather, scatter and the v-collectives against MPI_Gather, MPI_Scatter, MPI_Allgatherv,
+// MPI_Reduce_scatter and MPI_Alltoallv, with uneven and empty blocks.
 // Counts 0, 1, fewer than ranks, primes and large (not divisible by the world size).
 // Exit 0 when every rank agrees with MPI everywhere, 1 otherwise (each mismatch is printed).
 
@@ -133,6 +135,87 @@ void run(gsync::tcp_communicator& comm, std::size_t c, int n, int r) {
     MPI_Reduce(in.data(), ref.data(), static_cast<int>(c), mpi_type<std::int32_t>(), MPI_PROD, root, MPI_COMM_WORLD);
     gsync::reduce(comm, std::span<const std::int32_t>{in}, std::span<std::int32_t>{out}, gsync::op::prod{}, root);
     if (r == root && out != ref) fail("reduce int32 prod", c);
+  }
+  // gather and scatter from every root, out of place and in place (MPI_IN_PLACE on the root).
+  for (int root = 0; root < n; ++root) {
+    const std::size_t nn = static_cast<std::size_t>(n), R = static_cast<std::size_t>(root);
+    auto in = small_ints<std::int32_t>(g, c, -1000, 1000);
+    std::vector<std::int32_t> ref(r == root ? c * nn : 0), out(r == root ? c * nn : 0, -1);
+    MPI_Gather(in.data(), static_cast<int>(c), mpi_type<std::int32_t>(), ref.data(), static_cast<int>(c), mpi_type<std::int32_t>(), root,
+               MPI_COMM_WORLD);
+    gsync::gather(comm, std::span<const std::int32_t>{in}, std::span<std::int32_t>{out}, root);
+    if (out != ref) fail("gather int32", c);
+    if (r == root) {
+      std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(R * c));
+      gsync::gather(comm, std::span<const std::int32_t>{out.data() + R * c, c}, std::span<std::int32_t>{out}, root);
+      if (out != ref) fail("in-place gather", c);
+    } else {
+      gsync::gather(comm, std::span<const std::int32_t>{in}, std::span<std::int32_t>{}, root);
+    }
+    auto sin = small_ints<double>(g, r == root ? c * nn : 0, -50, 50);
+    std::vector<double> sref(c), sout(c, -1.0);
+    MPI_Scatter(sin.data(), static_cast<int>(c), mpi_type<double>(), sref.data(), static_cast<int>(c), mpi_type<double>(), root, MPI_COMM_WORLD);
+    gsync::scatter(comm, std::span<const double>{sin}, std::span<double>{sout}, root);
+    if (sout != sref) fail("scatter double", c);
+    if (r == root) {
+      gsync::scatter(comm, std::span<const double>{sin}, std::span<double>{sin.data() + R * c, c}, root);
+      if (!std::equal(sref.begin(), sref.end(), sin.begin() + static_cast<std::ptrdiff_t>(R * c))) fail("in-place scatter", c);
+    } else {
+      gsync::scatter(comm, std::span<const double>{}, std::span<double>{sout}, root);
+    }
+  }
+  // The v-collectives with uneven counts (some empty): block b holds (c * (b + 1) / n) elements,
+  // plus one on odd blocks; alltoallv's pair (i, j) carries (c * (i + 2 * j + 1)) / (3 * n) elements.
+  {
+    const std::size_t nn = static_cast<std::size_t>(n);
+    std::vector<std::size_t> counts(nn);
+    std::vector<int> icounts(nn), displs(nn);
+    for (std::size_t b = 0; b < nn; ++b) counts[b] = c * (b + 1) / nn + (b % 2);
+    std::size_t total = 0;
+    for (std::size_t b = 0; b < nn; ++b) {
+      icounts[b] = static_cast<int>(counts[b]);
+      displs[b] = static_cast<int>(total);
+      total += counts[b];
+    }
+    const std::size_t mine = counts[static_cast<std::size_t>(r)], at = static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]);
+    auto in = small_ints<float>(g, mine, -9, 9);
+    std::vector<float> ref(total), out(total, -1.f);
+    MPI_Allgatherv(in.data(), static_cast<int>(mine), mpi_type<float>(), ref.data(), icounts.data(), displs.data(), mpi_type<float>(), MPI_COMM_WORLD);
+    gsync::allgatherv(comm, std::span<const float>{in}, std::span<float>{out}, counts);
+    if (out != ref) fail("allgatherv float", c);
+    std::vector<float> buf(total, -1.f);
+    std::copy(in.begin(), in.end(), buf.begin() + static_cast<std::ptrdiff_t>(at));
+    gsync::allgatherv(comm, std::span<const float>{buf.data() + at, mine}, std::span<float>{buf}, counts);
+    if (buf != ref) fail("in-place allgatherv", c);
+
+    auto rin = small_ints<std::int64_t>(g, total, -50, 50);
+    std::vector<std::int64_t> rref(mine), rout(mine);
+    MPI_Reduce_scatter(rin.data(), rref.data(), icounts.data(), mpi_type<std::int64_t>(), MPI_MAX, MPI_COMM_WORLD);
+    gsync::reduce_scatterv(comm, std::span<const std::int64_t>{rin}, std::span<std::int64_t>{rout}, counts, gsync::op::max{});
+    if (rout != rref) fail("reduce_scatterv int64 max", c);
+    gsync::reduce_scatterv(comm, std::span<const std::int64_t>{rin}, std::span<std::int64_t>{rin.data() + at, mine}, counts, gsync::op::max{});
+    if (!std::equal(rref.begin(), rref.end(), rin.begin() + static_cast<std::ptrdiff_t>(at))) fail("in-place reduce_scatterv", c);
+
+    auto pair = [&](std::size_t i, std::size_t j) { return c * (i + 2 * j + 1) / (3 * nn); };
+    std::vector<std::size_t> sc(nn), rc(nn);
+    std::vector<int> isc(nn), irc(nn), sd(nn), rd(nn);
+    std::size_t st = 0, rt = 0;
+    for (std::size_t j = 0; j < nn; ++j) {
+      sc[j] = pair(static_cast<std::size_t>(r), j);
+      rc[j] = pair(j, static_cast<std::size_t>(r));
+      isc[j] = static_cast<int>(sc[j]);
+      irc[j] = static_cast<int>(rc[j]);
+      sd[j] = static_cast<int>(st);
+      rd[j] = static_cast<int>(rt);
+      st += sc[j];
+      rt += rc[j];
+    }
+    auto ain = small_ints<std::int16_t>(g, st, -300, 300);
+    std::vector<std::int16_t> aref(rt), aout(rt, 7);
+    MPI_Alltoallv(ain.data(), isc.data(), sd.data(), mpi_type<std::int16_t>(), aref.data(), irc.data(), rd.data(), mpi_type<std::int16_t>(),
+                  MPI_COMM_WORLD);
+    gsync::alltoallv(comm, std::span<const std::int16_t>{ain}, sc, std::span<std::int16_t>{aout}, rc);
+    if (aout != aref) fail("alltoallv int16", c);
   }
   // alltoall.
   {

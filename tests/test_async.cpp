@@ -523,3 +523,49 @@ TEST_CASE("async: inside a job, wait() on a later request of the same communicat
     CHECK(v[0] == 2.0f);
   }, test_config());
 }
+
+TEST_CASE("async: on_finish runs once when the operation ends, with its outcome, and at once when it already has") {
+  gsync_test::run_inproc(2, [](auto& comm, world_sync& s) {
+    // A success: the callback runs after the result is in place, on the engine thread or here.
+    std::vector<float> v(1000, 1.0f);
+    std::atomic<int> calls{0};
+    std::atomic<float> seen{0.0f};
+    std::exception_ptr err = std::make_exception_ptr(1);
+    auto r = gsync::allreduce_async(comm, std::span<float>{v});
+    r.on_finish([&](std::exception_ptr e) {
+      err = e;
+      seen = v[999];
+      ++calls;
+    });
+    r.wait();
+    for (int i = 0; i < 1000 && calls.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(calls.load() == 1);
+    CHECK(err == nullptr);
+    CHECK(seen.load() == 2.0f);
+    // Registered after the end: runs at once, on this thread.
+    const auto me = std::this_thread::get_id();
+    std::thread::id where{};
+    r.on_finish([&](std::exception_ptr) { where = std::this_thread::get_id(); });
+    CHECK(where == me);
+    s.bar.arrive_and_wait();
+    // A failure: the callback gets the operation's exception.
+    std::exception_ptr got;
+    std::atomic<bool> done{false};
+    auto job = gsync::submit(comm, [](auto&) { throw std::runtime_error("job failed"); });
+    job.on_finish([&](std::exception_ptr e) {
+      got = e;
+      done = true;
+    });
+    CHECK_THROWS(job.wait());
+    for (int i = 0; i < 1000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(done.load());
+    if (!done.load()) return;
+    bool right = false;
+    try {
+      std::rethrow_exception(got);
+    } catch (const std::runtime_error& e) {
+      right = std::string(e.what()) == "job failed";
+    }
+    CHECK(right);
+  }, test_config());
+}

@@ -290,3 +290,41 @@ TEST_CASE("for_each_piece: pieces in order, each at most the width, covering the
       CHECK(at == count);
     }
 }
+
+TEST_CASE("varied_blocks: blocks packed in order, a window's columns of every block cut into bounded segments, empty blocks none") {
+  const std::vector<std::size_t> counts = {5, 0, 17, 1, 0, 64};
+  for (std::size_t seg : {1, 4, 100})
+    for (std::size_t width : {1, 3, 16, 1000}) {
+      CAPTURE(seg);
+      CAPTURE(width);
+      const gsync::varied_blocks L(counts, seg);
+      CHECK(L.total() == 87);
+      CHECK(L.largest() == 64);
+      std::size_t at = 0;
+      for (int b = 0; b < static_cast<int>(counts.size()); ++b) {
+        CHECK(L.block(b) == gsync::range{at, counts[static_cast<std::size_t>(b)]});
+        CHECK(L.count(b) == counts[static_cast<std::size_t>(b)]);
+        // The columns of all windows of width `width` tile the block once, in order, in segments.
+        std::size_t covered = 0;
+        for (std::size_t col = 0; col < L.largest(); col += width) {
+          const gsync::range cols = L.columns(b, col, width);
+          CHECK(cols.count == (col >= L.count(b) ? 0 : std::min(width, L.count(b) - col)));
+          if (cols.count) CHECK(cols.offset == at + col);
+          const std::size_t S = L.segments(b, col, width);
+          CHECK(S == (cols.count + seg - 1) / seg);
+          std::size_t in = 0;
+          for (std::size_t k = 0; k < S; ++k) {
+            const gsync::range s = L.segment(b, k, col, width);
+            CHECK(s.offset == cols.offset + in);
+            CHECK(s.count >= 1);
+            CHECK(s.count <= seg);
+            in += s.count;
+          }
+          CHECK(in == cols.count);
+          covered += in;
+        }
+        CHECK(covered == L.count(b));
+        at += counts[static_cast<std::size_t>(b)];
+      }
+    }
+}

@@ -436,3 +436,94 @@ TEST_CASE("device sendrecv with this rank itself: a local copy after the copy-in
     CHECK(bad == 0);
   });
 }
+
+TEST_CASE("device gather, scatter, allgatherv, reduce_scatterv, alltoallv through staging: world sizes 1-5, windows, uneven counts") {
+  fake_cuda_scope fk;
+  for (std::size_t staging : {std::size_t{64} << 20, std::size_t{64} << 10})
+    for (int n = 1; n <= 5; ++n)
+      for (std::size_t c : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{20011}}) {
+        CAPTURE(staging);
+        CAPTURE(n);
+        CAPTURE(c);
+        gsync::config cfg;
+        cfg.cuda_staging_bytes = staging;
+        const auto N = static_cast<std::size_t>(n);
+        const std::size_t nc = N * c;
+        // Uneven counts: block b holds c elements for odd b, c/3 + b for even b (0 when c is).
+        std::vector<std::size_t> counts(N), off(N + 1, 0);
+        for (std::size_t b = 0; b < N; ++b) counts[b] = c == 0 ? 0 : b % 2 ? c : c / 3 + b;
+        for (std::size_t b = 0; b < N; ++b) off[b + 1] = off[b] + counts[b];
+        const std::size_t total = off[N];
+        gsync_test::run_inproc(
+            n,
+            [&](auto& comm, auto&) {
+              auto& api = fk.api;
+              const int r = comm.rank();
+              const auto R = static_cast<std::size_t>(r);
+              const int root = n / 2;
+              // alltoallv: rank 0 sends rank j counts[j] elements, rank i > 0 sends counts[(i + j) % N] / (i + 1),
+              // so the ranks' largest blocks, and their numbers of windows, differ.
+              auto pair = [&](std::size_t i, std::size_t j) { return i == 0 ? counts[j] : counts[(i + j) % N] / (i + 1); };
+              std::vector<std::size_t> sc(N), rc(N);
+              for (std::size_t j = 0; j < N; ++j) {
+                sc[j] = pair(R, j);
+                rc[j] = pair(j, R);
+              }
+              std::size_t st = 0, rt = 0;
+              for (std::size_t j = 0; j < N; ++j) st += sc[j], rt += rc[j];
+              std::vector<float> g_in(c), g_out(r == root ? nc : 0), s_in(r == root ? nc : 0), s_out(c), av_in(counts[R]), av_out(total),
+                  rv_in(total), rv_out(counts[R]), a_in(st), a_out(rt);
+              gsync::cuda_stream s = api.create_stream();
+              api.launch(s, [&] {
+                for (std::size_t i = 0; i < c; ++i) g_in[i] = block_value<float>(r, i);
+                for (std::size_t i = 0; i < s_in.size(); ++i) s_in[i] = block_value<float>(r, i);
+                for (std::size_t i = 0; i < av_in.size(); ++i) av_in[i] = block_value<float>(r, i);
+                for (std::size_t i = 0; i < total; ++i) rv_in[i] = block_value<float>(r, i);
+                for (std::size_t i = 0; i < st; ++i) a_in[i] = block_value<float>(r, i);
+              });
+              using dspan = gsync::device_span<float>;
+              using cspan = gsync::device_span<const float>;
+              gsync::gather(comm, cspan{g_in.data(), c}, dspan{g_out.data(), g_out.size()}, root, s);
+              gsync::scatter(comm, cspan{s_in.data(), s_in.size()}, dspan{s_out.data(), c}, root, s);
+              gsync::allgatherv(comm, cspan{av_in.data(), av_in.size()}, dspan{av_out.data(), total}, counts, s);
+              gsync::reduce_scatterv(comm, cspan{rv_in.data(), total}, dspan{rv_out.data(), rv_out.size()}, counts, gsync::op::sum{}, s);
+              auto last = gsync::alltoallv_async(comm, cspan{a_in.data(), st}, sc, dspan{a_out.data(), rt}, rc, s);
+              std::vector<float> seen_g, seen_s, seen_av, seen_rv, seen_a;
+              api.launch(s, [&] {
+                seen_g = g_out;
+                seen_s = s_out;
+                seen_av = av_out;
+                seen_rv = rv_out;
+                seen_a = a_out;
+              });
+              api.synchronize(s);
+              last.wait();
+              api.destroy_stream(s);
+              std::size_t bad_g = 0, bad_s = 0, bad_av = 0, bad_rv = 0, bad_a = 0;
+              if (r == root)
+                for (std::size_t q = 0; q < N; ++q)
+                  for (std::size_t i = 0; i < c; ++i) bad_g += seen_g[q * c + i] != block_value<float>(static_cast<int>(q), i);
+              for (std::size_t i = 0; i < c; ++i) bad_s += seen_s[i] != block_value<float>(root, R * c + i);
+              for (std::size_t q = 0; q < N; ++q)
+                for (std::size_t i = 0; i < counts[q]; ++i) bad_av += seen_av[off[q] + i] != block_value<float>(static_cast<int>(q), i);
+              for (std::size_t i = 0; i < counts[R]; ++i) {
+                float sum = 0;
+                for (int q = 0; q < n; ++q) sum += block_value<float>(q, off[R] + i);
+                bad_rv += seen_rv[i] != sum;
+              }
+              std::size_t at = 0;  // block j of the output: rank j's block for this rank, which starts at rank j's offset of it
+              for (std::size_t j = 0; j < N; ++j) {
+                std::size_t from_at = 0;  // where rank j's block for rank r starts in rank j's input
+                for (std::size_t k = 0; k < R; ++k) from_at += pair(j, k);
+                for (std::size_t i = 0; i < rc[j]; ++i) bad_a += seen_a[at + i] != block_value<float>(static_cast<int>(j), from_at + i);
+                at += rc[j];
+              }
+              CHECK(bad_g == 0);
+              CHECK(bad_s == 0);
+              CHECK(bad_av == 0);
+              CHECK(bad_rv == 0);
+              CHECK(bad_a == 0);
+            },
+            cfg);
+      }
+}

@@ -740,3 +740,34 @@ TEST_CASE("synchronizer: the plain reducer reports the bytes the transport was h
     }, cfg);
   }
 }
+
+TEST_CASE("synchronizer: the efficiency figures on a run with known answers (exposed share, speedup over one worker)") {
+  // Every step both ranks "compute" 40 ms; rank 1 then computes 60 ms more before it marks its
+  // gradient. Rank 0 waits for it in finish(): about 60 ms of a 100 ms step are exposed
+  // communication (comm_ratio 0.6, speedup(2) = 2 x 0.4 = 0.8); rank 1 finds rank 0 ready and
+  // waits only for the tiny allreduce itself (comm_ratio near 0, speedup near 2).
+  gsync_test::run_inproc(2, [](auto& comm, gsync_test::world_sync&) {
+    const int r = comm.rank();
+    std::vector<float> g(1024, 1.0f);
+    grad::synchronizer sync(comm, grad::synchronizer_options{});
+    sync.add(std::span<float>{g}, "w");
+    sync.build();
+    sync.begin_step();
+    for (int step = 0; step < 5; ++step) {
+      std::this_thread::sleep_for(40ms);
+      if (r == 1) std::this_thread::sleep_for(60ms);
+      sync.mark_ready(0);
+      CHECK(sync.finish().synced);
+    }
+    const auto& t = sync.totals();
+    CHECK(t.steps() == 5);
+    CHECK(t.mean_step_ms() == doctest::Approx(100).epsilon(0.25));
+    if (r == 0) {
+      CHECK(t.comm_ratio() == doctest::Approx(0.6).epsilon(0.2));
+      CHECK(t.speedup(2) == doctest::Approx(0.8).epsilon(0.3));
+    } else {
+      CHECK(t.comm_ratio() < 0.1);
+      CHECK(t.speedup(2) > 1.8);
+    }
+  }, short_config());
+}

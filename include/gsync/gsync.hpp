@@ -2,8 +2,10 @@
 /// \file
 /// Umbrella header: everything public in gsync.
 #include "gsync/allgather.hpp"
+#include "gsync/allgatherv.hpp"
 #include "gsync/allreduce.hpp"
 #include "gsync/alltoall.hpp"
+#include "gsync/alltoallv.hpp"
 #include "gsync/async.hpp"
 #include "gsync/barrier.hpp"
 #include "gsync/broadcast.hpp"
@@ -12,9 +14,12 @@
 #include "gsync/core/ops.hpp"
 #include "gsync/core/request.hpp"
 #include "gsync/device_span.hpp"
+#include "gsync/gather.hpp"
 #include "gsync/grid.hpp"
 #include "gsync/reduce.hpp"
 #include "gsync/reduce_scatter.hpp"
+#include "gsync/reduce_scatterv.hpp"
+#include "gsync/scatter.hpp"
 #include "gsync/send_recv.hpp"
 #include "gsync/split.hpp"
 #include "gsync/recovery.hpp"

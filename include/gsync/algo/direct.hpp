@@ -77,6 +77,42 @@ struct direct {
       if (in_place) p.copy(p.out(mine), acc);
     }
   }
+
+  /// Linear gather of `p.count()` = c elements per rank to `root`: every other rank sends its
+  /// input straight to the root, which copies its own block and receives block j from rank j
+  /// straight into place in its output (N blocks, rank order), taking the ranks in order while
+  /// their messages arrive together. N-1 messages, one latency; the root's link carries (N-1)c.
+  /// In place on the root (input = output block root) its copy is a no-op. No scratch.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void gather(P& p, int root) {
+    const int n = p.size(), r = p.rank();
+    const std::size_t c = p.count();
+    const block_layout L(c, 0, c, c);
+    if (r != root) {
+      p.send(root, p.in({0, c}));
+      return p.finish();
+    }
+    p.copy(p.out(L.block(root)), p.in({0, c}));
+    for (int s = 1; s < n; ++s) p.recv(wrap(root + s, n), p.out(L.block(wrap(root + s, n))));
+  }
+
+  /// Linear scatter of `p.count()` = c elements per rank from `root`: the root queues input block
+  /// j for every rank j (in ring order from root + 1), copies its own block into its output and
+  /// waits until the blocks have left; every other rank receives its block straight into its
+  /// output. N-1 messages, one latency. In place on the root (output = input block root) its copy
+  /// is a no-op. No scratch.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void scatter(P& p, int root) {
+    const int n = p.size(), r = p.rank();
+    const std::size_t c = p.count();
+    const block_layout L(c, 0, c, c);
+    if (r != root) return p.recv(root, p.out({0, c}));
+    for (int s = 1; s < n; ++s) p.send(wrap(root + s, n), p.in(L.block(wrap(root + s, n))));
+    p.copy(p.out({0, c}), p.in(L.block(root)));
+    p.finish();
+  }
 };
 
 }  // namespace gsync::algo

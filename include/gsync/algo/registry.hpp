@@ -200,10 +200,11 @@ using device_allreduce_registry = registry<one_shot, two_shot, hierarchical_ipc>
 /// The runtime identity of a device allreduce algorithm.
 using device_allreduce_id = device_allreduce_registry::id;
 
-/// Every algorithm of broadcast, reduce, reduce_scatter, allgather and alltoall, in the order
+/// Every algorithm of broadcast, reduce, reduce_scatter, allgather, alltoall, gather, scatter and
+/// the v-collectives (allgatherv, reduce_scatterv, alltoallv), in the order
 /// their names are listed; which collectives each serves is read from the schedules it has.
 /// The entry for a new algorithm goes here.
-using collective_registry = registry<ring, binomial_tree, pairwise, dissemination>;
+using collective_registry = registry<ring, binomial_tree, pairwise, dissemination, direct>;
 
 /// The runtime identity of an algorithm of the collectives other than allreduce.
 using collective_id = collective_registry::id;

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 #include "gsync/core/chunking.hpp"
@@ -141,6 +142,69 @@ struct ring {
       }
     }
     p.finish();
+  }
+
+  /// Ring allgatherv: block b holds `counts[b]` elements (rank b's input), packed in rank order
+  /// in the output (`varied_blocks`). The allgather's schedule with blocks of their own sizes: rank
+  /// r sends its input to next, copies it into output block r, and at step t (0..N-2) receives
+  /// block r-t-1 from prev into place, forwarding it except at the last step. Each block travels in
+  /// segments of at most `segment_elems()`; an empty block is neither sent nor awaited. Each rank
+  /// sends and receives every block but its own once, the bandwidth optimum. No scratch.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void allgatherv(P& p, std::span<const std::size_t> counts) {
+    const int n = p.size(), r = p.rank();
+    const varied_blocks L(counts, p.segment_elems());
+    const range mine = L.block(r);
+    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
+    if (n > 1)
+      for (std::size_t k = 0; k < L.segments(r); ++k) {
+        const range seg = L.segment(r, k);
+        p.send(next, p.in({seg.offset - mine.offset, seg.count}));
+      }
+    p.copy(p.out(mine), p.in({0, mine.count}));
+    for (int t = 0; t <= n - 2; ++t) {
+      const int b = wrap(r - t - 1, n);
+      for (std::size_t k = 0; k < L.segments(b); ++k) {
+        if (t < n - 2) p.recv_copy_send(prev, next, p.out(L.segment(b, k)));
+        else p.recv(prev, p.out(L.segment(b, k)));
+      }
+    }
+    p.finish();
+  }
+
+  /// Ring reduce_scatterv: the input packs N blocks, block b of `counts[b]` elements; rank r ends
+  /// with block r reduced over all ranks in its output (`counts[r]` elements). The reduce-scatter's
+  /// chains (block b's starts at rank b+1 and ends at rank b, the last combination finalizing)
+  /// with blocks of their own sizes: the blocks are walked in pieces of scratch/(N-2) columns (all
+  /// columns when N = 2), the partials of steps 0..N-3 in scratch slots as in `reduce_scatter`; a
+  /// block with no element in a piece's columns has no message in it. In place (output = input
+  /// block r) block r is read only by the last combination, which writes it.
+  /// \tparam P a primitives type.
+  template <class P>
+  static void reduce_scatterv(P& p, std::span<const std::size_t> counts) {
+    const int n = p.size(), r = p.rank();
+    const varied_blocks L(counts, p.segment_elems());
+    const range mine = L.block(r);
+    if (n == 1) return p.copy_final(p.out({0, mine.count}), p.in(mine));
+    const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
+    const std::size_t largest = L.largest();
+    const std::size_t width = n > 2 ? p.scratch_elems() / static_cast<std::size_t>(n - 2) : largest;
+    for_each_piece(largest, width, [&](const range piece) {
+      const std::size_t col = piece.offset, w = piece.count;
+      const int first = wrap(r - 1, n);
+      for (std::size_t k = 0; k < L.segments(first, col, w); ++k) p.send(next, p.in(L.segment(first, k, col, w)));
+      for (int s = 0; s <= n - 2; ++s) {
+        const int b = wrap(r - s - 2, n);
+        const std::size_t home = L.block(b).offset + col;  // where the piece's columns of block b start
+        for (std::size_t k = 0; k < L.segments(b, col, w); ++k) {
+          const range seg = L.segment(b, k, col, w);
+          if (s == n - 2) p.recv_reduce(prev, p.out({seg.offset - mine.offset, seg.count}), p.in(seg), /*final=*/true);
+          else p.recv_reduce_send(prev, next, p.scratch({static_cast<std::size_t>(s) * w + seg.offset - home, seg.count}), p.in(seg), false);
+        }
+      }
+      p.finish();
+    });
   }
 
   /// Pipelined chain broadcast of `p.count()` elements (the output buffer) from `root`.

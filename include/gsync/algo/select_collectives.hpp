@@ -49,12 +49,18 @@ constexpr bool serves(std::string_view collective) noexcept {
   if (collective == "reduce_scatter") return reduce_scatter_algorithm<A, P>;
   if (collective == "allgather") return allgather_algorithm<A, P>;
   if (collective == "alltoall") return alltoall_algorithm<A, P>;
+  if (collective == "gather") return gather_algorithm<A, P>;
+  if (collective == "scatter") return scatter_algorithm<A, P>;
+  if (collective == "allgatherv") return allgatherv_algorithm<A, P>;
+  if (collective == "reduce_scatterv") return reduce_scatterv_algorithm<A, P>;
+  if (collective == "alltoallv") return alltoallv_algorithm<A, P>;
   return false;
 }
 }  // namespace detail
 
 /// Does algorithm `id` have a schedule for `collective` ("broadcast", "reduce", "reduce_scatter",
-/// "allgather", "alltoall")? Read from the schedules it defines, not from a list.
+/// "allgather", "alltoall", "gather", "scatter", "allgatherv", "reduce_scatterv", "alltoallv")?
+/// Read from the schedules it defines, not from a list.
 constexpr bool serves(collective_id id, std::string_view collective) noexcept {
   bool r = false;
   collective_registry::for_each([&](auto a, collective_id i) {
@@ -138,7 +144,9 @@ struct collective_choice {
         return where + ": latency-bound, ceil(log2 N) whole-buffer hops beat the chain's N-2+S segment hops" + costs;
       return where + ": bandwidth-bound, the pipelined chain moves the buffer about once" + costs;
     }
-    if (collective == "alltoall") return where + ": pairwise exchange, one partner each way per step";
+    if (collective == "alltoall" || collective == "alltoallv") return where + ": pairwise exchange, one partner each way per step";
+    if (collective == "gather" || collective == "scatter")
+      return where + ": linear, every block straight between the root and its rank (the only " + std::string(collective) + " schedule)";
     if (id == collective_id_of<dissemination>)
       return where + ": latency-bound, ceil(log2 N) rounds instead of the ring's N-1 steps for the same bytes";
     return where + ": the ring moves (N-1)/N of the data each way in pipelined segments, the bandwidth optimum";
@@ -196,6 +204,17 @@ inline collective_choice choose_allgather(std::size_t bytes, int world, std::siz
   collective_id id = choose_block_collective(bytes, world);
   if (auto f = parse_collective("allgather", forced, "GSYNC_ALGO_ALLGATHER")) id = *f;
   return {id, "allgather", bytes, world, segment_bytes, forced};
+}
+
+/// Chooses the algorithm of `collective` (gather, scatter, allgatherv, reduce_scatterv,
+/// alltoallv; `bytes`: this rank's input) among those that serve it: `automatic` (today each has
+/// one schedule: linear gather and scatter, the ring for allgatherv and reduce_scatterv, pairwise
+/// exchange for alltoallv), unless `forced` (GSYNC_ALGO_<COLLECTIVE>) names another.
+inline collective_choice choose_other(std::string_view collective, collective_id automatic, std::size_t bytes, int world,
+                                      std::size_t segment_bytes, std::string_view forced) {
+  collective_choice ch{automatic, collective, bytes, world, segment_bytes, forced};
+  if (auto f = parse_collective(collective, forced, ch.env_name())) ch.id = *f;
+  return ch;
 }
 
 /// Chooses the alltoall algorithm (pairwise exchange), honouring `forced` (GSYNC_ALGO_ALLTOALL).

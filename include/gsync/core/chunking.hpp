@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
+#include <vector>
 
 namespace gsync {
 
@@ -140,6 +142,53 @@ class block_layout {
 
  private:
   std::size_t stride_, column_, width_, segments_;
+};
+
+/// Block layout of the v-collectives (allgatherv, reduce_scatterv, alltoallv): block `b` holds
+/// `counts[b]` elements, the blocks packed in rank order (block b starts at counts[0] + ... +
+/// counts[b-1]). `segment(b, k, column, width)` covers columns [column, column + width) of block b
+/// (clipped to the block), cut into `segments(b, ...)` segments of at most `segment_elems`
+/// elements; a block with no element in those columns has no segment, and both ends of a message
+/// derive that alike from the counts, so an empty block is never sent.
+class varied_blocks {
+ public:
+  /// \param counts elements per block; \param segment_elems largest segment in elements (>= 1).
+  varied_blocks(std::span<const std::size_t> counts, std::size_t segment_elems)
+      : off_(counts.size() + 1, 0), seg_(std::max<std::size_t>(1, segment_elems)) {
+    for (std::size_t b = 0; b < counts.size(); ++b) off_[b + 1] = off_[b] + counts[b];
+  }
+
+  /// Elements in all blocks.
+  std::size_t total() const noexcept { return off_.back(); }
+  /// Elements in block `b`.
+  std::size_t count(int b) const noexcept { return off_[static_cast<std::size_t>(b) + 1] - off_[static_cast<std::size_t>(b)]; }
+  /// The largest block's element count.
+  std::size_t largest() const noexcept {
+    std::size_t m = 0;
+    for (std::size_t b = 0; b + 1 < off_.size(); ++b) m = std::max(m, off_[b + 1] - off_[b]);
+    return m;
+  }
+  /// Block `b` as a range of the whole buffer.
+  range block(int b) const noexcept { return {off_[static_cast<std::size_t>(b)], count(b)}; }
+  /// Block `b`'s columns [column, column + width), clipped to the block, as a range of the whole buffer.
+  range columns(int b, std::size_t column, std::size_t width) const noexcept {
+    const std::size_t n = count(b);
+    return {off_[static_cast<std::size_t>(b)] + std::min(column, n), column >= n ? 0 : std::min(width, n - column)};
+  }
+  /// Segments of `columns(b, column, width)`: 0 when it is empty.
+  std::size_t segments(int b, std::size_t column = 0, std::size_t width = static_cast<std::size_t>(-1)) const noexcept {
+    return ceil_div(columns(b, column, width).count, seg_);
+  }
+  /// Segment `k` of `columns(b, column, width)`, as a range of the whole buffer.
+  range segment(int b, std::size_t k, std::size_t column = 0, std::size_t width = static_cast<std::size_t>(-1)) const noexcept {
+    const range c = columns(b, column, width);
+    const range s = split(c.count, ceil_div(c.count, seg_), k);
+    return {c.offset + s.offset, s.count};
+  }
+
+ private:
+  std::vector<std::size_t> off_;  // N + 1 prefix sums
+  std::size_t seg_;
 };
 
 /// `a mod n` in [0, n) for possibly negative a.

@@ -306,6 +306,41 @@ concept rooted_reduce_algorithm = algorithm<A> && requires(P& p, int root) { A::
 template <class A, class P>
 concept alltoall_algorithm = algorithm<A> && requires(P& p) { A::alltoall(p); };
 
+/// An algorithm with a gather schedule over primitives `P`: `A::gather(p, root)` (`p.count()`
+/// elements per rank; the root's output holds N blocks in rank order).
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept gather_algorithm = algorithm<A> && requires(P& p, int root) { A::gather(p, root); };
+
+/// An algorithm with a scatter schedule over primitives `P`: `A::scatter(p, root)` (`p.count()`
+/// elements per rank; the root's input holds N blocks in rank order).
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept scatter_algorithm = algorithm<A> && requires(P& p, int root) { A::scatter(p, root); };
+
+/// An algorithm with an allgatherv schedule over primitives `P`: `A::allgatherv(p, counts)`
+/// (`counts[b]` elements from rank b, packed in rank order in the output).
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept allgatherv_algorithm = algorithm<A> && requires(P& p, std::span<const std::size_t> counts) { A::allgatherv(p, counts); };
+
+/// An algorithm with a reduce_scatterv schedule over primitives `P`: `A::reduce_scatterv(p, counts)`
+/// (the input packs N blocks of `counts[b]` elements; rank r ends with block r reduced).
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept reduce_scatterv_algorithm = algorithm<A> && requires(P& p, std::span<const std::size_t> counts) {
+  A::reduce_scatterv(p, counts);
+};
+
+/// An algorithm with an alltoallv schedule over primitives `P`: `A::alltoallv(p, send_counts,
+/// recv_counts)` (input block j, of send_counts[j] elements, goes to rank j; output block j, of
+/// recv_counts[j], comes from rank j; both packed in rank order).
+/// \tparam A an algorithm policy. \tparam P a primitives type.
+template <class A, class P>
+concept alltoallv_algorithm = algorithm<A> && requires(P& p, std::span<const std::size_t> sc, std::span<const std::size_t> rc) {
+  A::alltoallv(p, sc, rc);
+};
+
 /// An algorithm with a barrier schedule over primitives `P`: `A::barrier(p)`.
 /// \tparam A an algorithm policy. \tparam P a primitives type.
 template <class A, class P>

@@ -141,6 +141,16 @@ struct config {
   std::string algo_reduce_scatter;
   /// Algorithm forced for every alltoall (GSYNC_ALGO_ALLTOALL), empty = automatic.
   std::string algo_alltoall;
+  /// Algorithm forced for every gather (GSYNC_ALGO_GATHER), empty = automatic.
+  std::string algo_gather;
+  /// Algorithm forced for every scatter (GSYNC_ALGO_SCATTER), empty = automatic.
+  std::string algo_scatter;
+  /// Algorithm forced for every allgatherv (GSYNC_ALGO_ALLGATHERV), empty = automatic.
+  std::string algo_allgatherv;
+  /// Algorithm forced for every reduce_scatterv (GSYNC_ALGO_REDUCE_SCATTERV), empty = automatic.
+  std::string algo_reduce_scatterv;
+  /// Algorithm forced for every alltoallv (GSYNC_ALGO_ALLTOALLV), empty = automatic.
+  std::string algo_alltoallv;
   /// Deterministic mode (GSYNC_DETERMINISTIC=1): every result is bitwise equal from run to run for
   /// the same world size and placement. The automatic choices then read only the placement, the
   /// sizes and these settings, never what the start-up probe measured (`join` skips the probe;

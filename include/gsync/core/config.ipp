@@ -195,6 +195,11 @@ GSYNC_DECL config config::from_env() {
   if (auto a = detail::env("GSYNC_ALGO_ALLGATHER")) c.algo_allgather = *a;
   if (auto a = detail::env("GSYNC_ALGO_REDUCE_SCATTER")) c.algo_reduce_scatter = *a;
   if (auto a = detail::env("GSYNC_ALGO_ALLTOALL")) c.algo_alltoall = *a;
+  if (auto a = detail::env("GSYNC_ALGO_GATHER")) c.algo_gather = *a;
+  if (auto a = detail::env("GSYNC_ALGO_SCATTER")) c.algo_scatter = *a;
+  if (auto a = detail::env("GSYNC_ALGO_ALLGATHERV")) c.algo_allgatherv = *a;
+  if (auto a = detail::env("GSYNC_ALGO_REDUCE_SCATTERV")) c.algo_reduce_scatterv = *a;
+  if (auto a = detail::env("GSYNC_ALGO_ALLTOALLV")) c.algo_alltoallv = *a;
   if (auto d = detail::env("GSYNC_DETERMINISTIC")) {
     if (*d != "0" && *d != "1") throw error(errc::invalid_argument, "GSYNC_DETERMINISTIC='" + *d + "' must be 0 or 1");
     c.deterministic = *d == "1";

@@ -137,7 +137,8 @@ inline std::string describe_call(std::string_view kind, const fingerprint& f) {
   s += '(';
   if (f.dtype != 0) {
     s += f.dtype <= 12 ? std::string(name(static_cast<dtype>(f.dtype - 1))) : "dtype#" + std::to_string(f.dtype);
-    s += ", " + std::to_string(f.count);
+    if (kind == "alltoallv") s += ", counts per pair";  // they differ from rank to rank: the fingerprint carries none
+    else s += ", " + std::to_string(f.count);
   }
   if (f.op != 0) s += ", " + std::string(op_code_name(f.op));
   if (f.root >= 0) s += ", root " + std::to_string(f.root);

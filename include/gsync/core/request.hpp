@@ -29,9 +29,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "gsync/core/error.hpp"
+#include "gsync/detail/function_ref.hpp"
 
 namespace gsync {
 
@@ -129,16 +132,33 @@ class op_state {
   /// Records the start time (engine, before `run`).
   void mark_started() noexcept { started_ = clock::now(); }
 
-  /// Records the outcome (`e` null on success), wakes every waiter. Called once.
+  /// Records the outcome (`e` null on success), wakes every waiter, then runs the completion
+  /// callbacks (`on_finish`). Called once.
   void finish(std::exception_ptr e) noexcept {
+    std::vector<detail::shared_function<void(std::exception_ptr)>> then;
     {
       std::lock_guard lk(m_);
       error_ = std::move(e);
       finished_ = clock::now();
       if (started_ == clock::time_point{}) started_ = finished_;
       done_.store(true, std::memory_order_release);
+      then.swap(then_);
     }
     cv_.notify_all();
+    for (auto& f : then) call_quietly(f);
+  }
+  /// Calls `f(error)` (null on success) once the operation has finished: at once, on this
+  /// thread, if it has; else on the thread that finishes it (the engine's, after the waiters are
+  /// woken). `f` should be short; an exception it throws is dropped.
+  void on_finish(detail::shared_function<void(std::exception_ptr)> f) {
+    {
+      std::lock_guard lk(m_);
+      if (!done_.load(std::memory_order_acquire)) {
+        then_.push_back(std::move(f));
+        return;
+      }
+    }
+    call_quietly(f);
   }
 
   /// True once finished; rethrows the operation's exception if it failed.
@@ -187,6 +207,15 @@ class op_state {
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
   clock::time_point started_{}, finished_{};
+  std::vector<detail::shared_function<void(std::exception_ptr)>> then_;  // on_finish's callbacks, until finished
+
+  void call_quietly(detail::shared_function<void(std::exception_ptr)>& f) noexcept {
+    try {
+      f(error_);
+    } catch (...) {
+      // a completion callback's failure is its own; the operation's outcome stands
+    }
+  }
 };
 
 /// An operation that has already finished with `e` when it is created (a communicator that is
@@ -232,6 +261,23 @@ class request {
   /// empty handle returns at once.
   void wait() {
     if (s_) s_->wait();
+  }
+  /// Calls `f(error)` once the operation has finished, with its exception (null on success): at
+  /// once on this thread if it already has (an empty handle counts as finished), else on the
+  /// communicator's engine thread as it ends the operation, after `wait()`ers are woken. For
+  /// completing a future (PyTorch's `Work::getFuture`, a task system's continuation); `f` must
+  /// not block or start gsync operations, and an exception it throws is dropped.
+  template <class F>
+    requires std::is_invocable_v<F&, std::exception_ptr>
+  void on_finish(F&& f) {
+    if (!s_) {
+      try {
+        f(std::exception_ptr{});
+      } catch (...) {
+      }
+      return;
+    }
+    s_->on_finish(detail::shared_function<void(std::exception_ptr)>(std::forward<F>(f)));
   }
 
   /// When the engine began the operation; meaningful once it finished (a default time point

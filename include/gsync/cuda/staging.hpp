@@ -67,8 +67,17 @@ struct staged_buffer {
   bool copy_in = false;          ///< copied device -> mirror before the schedule
   bool copy_out = false;         ///< copied mirror -> device after the schedule
   std::size_t window_elems = 1;  ///< elements per block in one window (set by the plan's cut)
+  /// Block sizes where they differ (the v-collectives): block b holds sizes[b] elements, the
+  /// blocks packed, `blocks` = sizes.size() and `block_elems` the largest; a window holds the
+  /// same columns of every block, packed in the mirror. Null: `blocks` blocks of `block_elems`.
+  std::shared_ptr<const std::vector<std::size_t>> sizes;
 
-  /// Elements per block in window `w` (0 past the end).
+  /// Elements of block `b` in window `w` (0 past its end).
+  std::size_t block_elems_of(std::size_t b, std::size_t w) const noexcept {
+    const std::size_t n = sizes ? (*sizes)[b] : block_elems, first = w * window_elems;
+    return first >= n ? 0 : std::min(window_elems, n - first);
+  }
+  /// Elements per block in window `w` (0 past the end); the largest block's for varied sizes.
   std::size_t elems_of(std::size_t w) const noexcept {
     const std::size_t first = w * window_elems;
     return first >= block_elems ? 0 : std::min(window_elems, block_elems - first);
@@ -86,7 +95,11 @@ struct staged_plan {
 
   /// Bytes of the mirror part of buffer `b` in a full window, rounded to mirror_align.
   static std::size_t part_bytes(const staged_buffer& b) noexcept {
-    const std::size_t n = b.blocks * std::min(b.window_elems, b.block_elems) * b.elem;
+    std::size_t n = b.blocks * std::min(b.window_elems, b.block_elems) * b.elem;
+    if (b.sizes) {
+      n = 0;
+      for (std::size_t x : *b.sizes) n += std::min(b.window_elems, x) * b.elem;
+    }
     return (n + mirror_align - 1) / mirror_align * mirror_align;
   }
   /// Offset of the output part in the mirror.
@@ -121,6 +134,17 @@ struct piece {
 
 /// The pieces of window `w` of buffer `b` whose mirror part starts at `part`, each at most `max` bytes.
 inline void pieces_of(const staged_buffer& b, std::size_t part, std::size_t w, std::size_t max, std::vector<piece>& outv) {
+  if (b.sizes) {  // varied blocks: each block's row of the window, packed
+    std::size_t at = 0, dev_at = 0;
+    for (std::size_t blk = 0; blk < b.blocks; ++blk) {
+      const std::size_t row = b.block_elems_of(blk, w) * b.elem;
+      std::byte* src = b.dev + (dev_at + w * b.window_elems) * b.elem;
+      for (std::size_t off = 0; off < row; off += max) outv.push_back({part + at + off, src + off, std::min(max, row - off)});
+      at += row;
+      dev_at += (*b.sizes)[blk];
+    }
+    return;
+  }
   const std::size_t row = b.elems_of(w) * b.elem;
   for (std::size_t blk = 0; blk < b.blocks && row; ++blk) {
     std::byte* src = b.dev + (blk * b.block_elems + w * b.window_elems) * b.elem;

@@ -34,6 +34,11 @@ inline constexpr std::uint32_t tag_barrier = 7;         ///< barrier messages
 // 8: the TCP transport's start-up network probe (transport/link_probe.hpp, probe_tag).
 /// The int8 compressed allreduce's messages (grad/int8_exchange.hpp).
 inline constexpr std::uint32_t tag_compressed_allreduce = 9;
+inline constexpr std::uint32_t tag_gather = 10;           ///< gather messages
+inline constexpr std::uint32_t tag_scatter = 11;          ///< scatter messages
+inline constexpr std::uint32_t tag_allgatherv = 12;       ///< allgatherv messages
+inline constexpr std::uint32_t tag_reduce_scatterv = 13;  ///< reduce_scatterv messages
+inline constexpr std::uint32_t tag_alltoallv = 14;        ///< alltoallv messages
 // Point-to-point messages carry `tag_p2p | user_tag` (core/concepts.hpp).
 
 /// Name of an operator for logs: its `name` member if any, else "user".
@@ -119,10 +124,12 @@ void log_choice(communicator<X>& comm, std::string_view coll, dtype dt, std::siz
 template <class X>
 class op_scope {
  public:
-  /// Operation `kind` (a collective's name, a string literal) with ticket `t` and messages `id`.
-  op_scope(communicator<X>& comm, const char* kind, const op_ticket& t, const message_id& id)
+  /// Operation `kind` (a collective's name, a string literal) with ticket `t` and messages `id`;
+  /// `completes` false for a part of an operation that is not its last (it is not counted as a
+  /// completed operation, which ranks compare when they shrink).
+  op_scope(communicator<X>& comm, const char* kind, const op_ticket& t, const message_id& id, bool completes = true)
       : comm_(comm), kind_(kind), id_(id), prev_(comm.running_timeout()), prev_since_(comm.running_since()),
-        unwinding_(std::uncaught_exceptions()), start_(tick_clock::now()) {
+        unwinding_(std::uncaught_exceptions()), start_(tick_clock::now()), completes_(completes) {
     comm.set_running_timeout(t.timeout);
     comm.set_running_since(start_);  // the operation's deadline counts from here (make_deadline)
   }
@@ -134,7 +141,7 @@ class op_scope {
     if constexpr (op_aware_transport<X>) comm_.transport().op_finished();
     const auto end = tick_clock::now();  // never before start_ (same thread, see tick_clock)
     const bool failed = std::uncaught_exceptions() > unwinding_;
-    if (!failed && !(id_.tag & tag_p2p)) comm_.count_completed();
+    if (!failed && completes_ && !(id_.tag & tag_p2p)) comm_.count_completed();
     const std::uint64_t bytes = payload_bytes(id_.fp);
     try {
       comm_.counters().record_static(kind_, bytes, std::chrono::duration<double>(end - start_).count(), failed);
@@ -158,6 +165,7 @@ class op_scope {
   std::chrono::steady_clock::time_point prev_since_;
   int unwinding_;
   std::chrono::steady_clock::time_point start_;
+  bool completes_;
 };
 
 /// The one launcher of every collective: numbers the operation at issue (on the issuing thread,

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -74,7 +75,10 @@ class bucket_engine {
   /// Waits (bounded by the communicator's timeout) for collectives still in flight, so the engine
   /// never writes into freed buckets; errors are swallowed here (finish() reports them). The space
   /// is destroyed after this. Protected: an engine is destroyed as the synchronizer it is part of.
-  ~bucket_engine() { drain(); }
+  ~bucket_engine() {
+    drain();
+    report();
+  }
 
   /// Plans and allocates the buckets and checks that every rank registered the same tensors.
   /// Collective (one small allreduce): every rank calls it, or the first mark_ready/finish does.
@@ -290,6 +294,23 @@ class bucket_engine {
                         ",\"wire_bytes\":" + std::to_string(res.stats.bytes_on_wire) + "}");
       } catch (...) {
       }
+    }
+  }
+
+  // At GSYNC_DEBUG=INFO, the run's two efficiency figures, once, as the synchronizer goes.
+  void report() const noexcept {
+    try {
+      if (totals_.synced_steps() == 0 || !comm_.log().enabled(log_level::info)) return;
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "%s: %llu steps, mean %.3f ms; communication exposed %.1f%% of step time (%.1f%% of its %.3f s hidden "
+                    "behind computation); speedup over one worker %.2f of %d (weak scaling, from the exposed share)",
+                    std::string(S::style.who).c_str(), static_cast<unsigned long long>(totals_.steps()), totals_.mean_step_ms(),
+                    100.0 * totals_.comm_ratio(), 100.0 * totals_.overlap(), totals_.comm_time().count(), totals_.speedup(comm_.size()),
+                    comm_.size());
+      comm_.log().info(buf);
+    } catch (...) {
+      // a report never turns a teardown into an error
     }
   }
 

@@ -16,6 +16,11 @@
 /// - `step_time`: from the start of the step (the previous finish() returning, or begin_step()) to the
 ///   end of this finish().
 /// - `comm_ratio()` = exposed_time / step_time: the fraction of the step lost to communication.
+/// - `speedup(N)` = N x (1 - comm_ratio()): the speedup of N workers over one that the figures imply
+///   under weak scaling (every worker computes per step what one worker alone would, so one worker
+///   alone would take the step minus its exposed communication); `speedup(N) / N` is the scaling
+///   efficiency. It leaves out what communication costs besides waiting (the engine thread's
+///   processor time, memory bandwidth), so a measured speedup can only be lower.
 
 #include <algorithm>
 #include <chrono>
@@ -65,6 +70,11 @@ class running_stats {
   step_stats::duration step_time() const noexcept { return step_; }        ///< total step time
   /// Total exposed time / total step time.
   double comm_ratio() const noexcept { return step_.count() > 0 ? exposed_.count() / step_.count() : 0.0; }
+  /// The speedup of `workers` workers over one under weak scaling: workers x (1 - comm_ratio())
+  /// (see the file comment); 0 before any step.
+  double speedup(int workers) const noexcept { return steps_ > 0 ? workers * (1.0 - comm_ratio()) : 0.0; }
+  /// Share of the communication engine time hidden behind computation: 1 - exposed / comm (0 when none ran).
+  double overlap() const noexcept { return comm_.count() > 0 ? 1.0 - std::min(1.0, exposed_.count() / comm_.count()) : 0.0; }
   /// Mean step time in milliseconds.
   double mean_step_ms() const noexcept { return steps_ > 0 ? 1e3 * step_.count() / static_cast<double>(steps_) : 0.0; }
 

@@ -65,7 +65,8 @@ inline frame_header make_header(message_id id, std::size_t bytes) {
 inline std::string tag_kind(std::uint32_t tag) {
   static constexpr const char* kinds[] = {"?",      "allreduce", "reduce_scatter", "allgather",       "broadcast",
                                          "reduce", "alltoall",  "barrier",        "start-up network probe",
-                                         "compressed_allreduce"};
+                                         "compressed_allreduce", "gather", "scatter", "allgatherv", "reduce_scatterv",
+                                         "alltoallv"};
   if (is_p2p_tag(tag)) return "send/recv (tag " + std::to_string(tag & ~tag_p2p) + ")";
   return tag < std::size(kinds) ? kinds[tag] : "tag " + std::to_string(tag);
 }
@@ -106,9 +107,12 @@ inline void check_header(const frame_header& h, message_id want, std::size_t wan
     else if (h.seq != want.seq) m += ": the ranks are not running the same sequence of operations";
     else m += ": they disagree on the " + fingerprint_difference(want.fp, h.fp);
   } else {
+    const std::string kind = tag_kind(want.tag);
     m = me + " expected from " + them + " a " + std::to_string(want_bytes) + "-byte message of " +
-        describe_message(want.tag, want.seq, want.fp) + in + " but received " + std::to_string(h.bytes) +
-        " bytes: the ranks split the call differently (settings such as GSYNC_SEGMENT_BYTES differ between ranks?)";
+        describe_message(want.tag, want.seq, want.fp) + in + " but received " + std::to_string(h.bytes) + " bytes: ";
+    if (kind == "alltoallv") m += "the two ranks' counts disagree (rank i's send_counts[j] must equal rank j's recv_counts[i])";
+    else if (kind == "allgatherv" || kind == "reduce_scatterv") m += "the ranks passed different counts (they must be the same on every rank)";
+    else m += "the ranks split the call differently (settings such as GSYNC_SEGMENT_BYTES differ between ranks?)";
   }
   throw error(errc::mismatch, m);
 }
