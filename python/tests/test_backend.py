@@ -90,6 +90,11 @@ class Checker:
     def __init__(self, rank):
         self.rank, self.bad = rank, 0
 
+    def close(self, what, got, want, rtol):
+        if got.dtype != want.dtype or got.shape != want.shape or not torch.allclose(got.double(), want.double(), rtol=rtol, atol=0):
+            self.bad += 1
+            print(f"rank {self.rank}: {what}: got {got.flatten()[:8].tolist()}, want {want.flatten()[:8].tolist()}", flush=True)
+
     def same(self, what, got, want):
         if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
             self.bad += 1
@@ -113,6 +118,11 @@ def run_ops(c, rank, world, group=None, tag=""):
                 t = values(me, n, dtype)
                 dist.all_reduce(t, op=op, group=group)
                 c.same(f"{tag}all_reduce {dtype} {name} n={n}", t, reference(name, [values(r, n, dtype) for r in range(n_group)]))
+            if dtype.is_floating_point and n <= 37:  # AVG: the sum divided by the group's size, rounded once or twice
+                t = values(me, n, dtype)
+                dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
+                want = (reference("SUM", [values(r, n, torch.float64) for r in range(n_group)]) / n_group).to(dtype)
+                c.close(f"{tag}all_reduce {dtype} AVG n={n}", t, want, 1e-6 if dtype in (torch.float32, torch.float64) else 1e-2)
             # broadcast from the last rank
             t = values(me, n, dtype)
             dist.broadcast(t, src=glob(group, n_group - 1), group=group)
