@@ -10,7 +10,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 BACKEND=$backend WORLD_SIZE=$world TEMP_DIR=$tmp OMP_NUM_THREADS=1 \
-  "$py" "$here/torch_suite.py" "$@" >"$tmp/out.log" 2>&1
+  "$py" "$here/torch_suite.py" -v "$@" >"$tmp/out.log" 2>&1
 rc=$?
 grep -E "^(FAIL|ERROR):" "$tmp/out.log" | sort | uniq
 ran=$(grep -oE "^Ran [0-9]+ tests" "$tmp/out.log" | grep -oE "[0-9]+" || echo 0)
