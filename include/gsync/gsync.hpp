@@ -16,6 +16,7 @@
 #include "gsync/device_span.hpp"
 #include "gsync/gather.hpp"
 #include "gsync/grid.hpp"
+#include "gsync/recv_any.hpp"
 #include "gsync/reduce.hpp"
 #include "gsync/reduce_scatter.hpp"
 #include "gsync/reduce_scatterv.hpp"

@@ -58,11 +58,12 @@ void send_run(communicator<X>& comm, op_ticket tk, const T* data, std::size_t n,
   p.finish();
 }
 
-/// Receives the p2p message of ticket `tk` (numbered at issue) with user tag `tag` from `peer`,
-/// into a buffer in memory space `Space`.
+/// Receives the p2p message of ticket `tk` (numbered at issue, shifted by the receives from any
+/// source that ran since: recv_any.hpp) with user tag `tag` from `peer`, into a buffer in memory
+/// space `Space`.
 template <class Space = host_memory, class X, class T>
 void recv_run(communicator<X>& comm, op_ticket tk, T* data, std::size_t n, int peer, int tag) {
-  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq, make_fingerprint<T>(n)};
+  const message_id id{tag_p2p | static_cast<std::uint32_t>(tag), tk.seq + comm.any_source().of(peer, tk.seq), make_fingerprint<T>(n)};
   op_scope scope(comm, "recv", tk, id);
   auto p = make_primitives<Space>(comm, id, static_cast<const T*>(data), data, n, op::sum{});
   p.recv(peer, p.out({0, n}));  // a send of another tag, type or size: mismatch naming both calls
@@ -75,7 +76,7 @@ template <class SendSpace = host_memory, class RecvSpace = SendSpace, class X, c
 void sendrecv_run(communicator<X>& comm, op_ticket ts, const S* sd, std::size_t sn, int dst, int stag, op_ticket tr, R* rd,
                   std::size_t rn, int src, int rtag) {
   const message_id sid{tag_p2p | static_cast<std::uint32_t>(stag), ts.seq, make_fingerprint<S>(sn)};
-  const message_id rid{tag_p2p | static_cast<std::uint32_t>(rtag), tr.seq, make_fingerprint<R>(rn)};
+  const message_id rid{tag_p2p | static_cast<std::uint32_t>(rtag), tr.seq + comm.any_source().of(src, tr.seq), make_fingerprint<R>(rn)};
   op_scope scope(comm, "sendrecv", tr, rid);
   auto ps = make_primitives<SendSpace>(comm, sid, sd, static_cast<S*>(nullptr), sn, op::sum{});
   auto pr = make_primitives<RecvSpace>(comm, rid, static_cast<const R*>(rd), rd, rn, op::sum{});

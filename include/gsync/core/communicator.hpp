@@ -315,6 +315,11 @@ class communicator {
   /// Numbers the next point-to-point message this rank expects from `peer` (1, 2, ...): the n-th
   /// recv from a peer matches that peer's n-th send to this rank.
   std::uint64_t next_p2p_recv_seq(int peer) { return numbers_.recv(peer, size(), in_job()); }
+  /// Per peer, the messages expected from it so far (issue time), for a receive from any source
+  /// issued now (gsync::recv_any).
+  detail::any_source_base p2p_recv_counts() { return {numbers_.received_counts(size(), in_job()), in_job()}; }
+  /// Receives from any source that ran: the shift of later receives' numbers (any_source_shift).
+  detail::any_source_shift& any_source() noexcept { return any_shift_; }
   /// Deadline of the running operation: its start (`set_running_since`; now when none runs) plus
   /// its timeout (set by `set_running_timeout` when it started), else the communicator's. Reusing
   /// the start saves a clock read per operation, a noticeable part of a small same-host allreduce
@@ -463,6 +468,7 @@ class communicator {
   logger log_;
   int local_rank_ = 0;
   detail::op_numbering numbers_;       // collectives' and messages' numbers (core/op_numbering.hpp)
+  detail::any_source_shift any_shift_;  // receives from any source that ran (recv_any)
   std::uint64_t splits_ = 0;           // split() calls so far (part of the new communicators' ids)
   std::vector<std::string> logged_shapes_;
   detail::choice_memo allreduce_choices_;

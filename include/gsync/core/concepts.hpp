@@ -128,6 +128,16 @@ concept shrinkable_transport = transport_policy<X> && requires(const X& x, std::
   { x.shrink(t, terms, r) } -> std::same_as<std::unique_ptr<X>>;
 };
 
+/// A transport that receives from whichever peer sends first (`gsync::recv_any`):
+/// `x.probe_any(ids, dl)`, given one entry per rank of the endpoint, waits until for some peer p
+/// with `ids[p].tag != 0` the next message of this endpoint's communicator from p carries
+/// `ids[p]`'s tag and number, and returns that p without taking the message (a `recv` from p
+/// then takes it). It fails as `recv` does: on a failure, a lost candidate, or at `dl`.
+template <class X>
+concept any_source_transport = transport_policy<X> && requires(X& x, std::span<const message_id> ids, deadline dl) {
+  { x.probe_any(ids, dl) } -> std::convertible_to<int>;
+};
+
 /// A transport that counts the payload bytes it was handed to send (`x.payload_bytes_posted()`,
 /// monotonic, frame headers excluded; read on the thread that runs the operations), so that
 /// reports can say what was sent rather than what a schedule's formula predicts.

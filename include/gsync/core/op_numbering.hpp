@@ -37,6 +37,14 @@ class op_numbering {
   /// The next message's number expected from `peer` of `size` ranks (1, 2, ...).
   std::uint64_t recv(int peer, int size, bool in_job) { return (in_job ? in_job_bit : 0) | ++at(in_job ? job_p2p_ : p2p_, peer, size).received; }
 
+  /// Per peer of `size` ranks, the messages numbered so far as expected from it (issue time):
+  /// where a receive from any source issued now stands with each peer.
+  std::vector<std::uint64_t> received_counts(int size, bool in_job) {
+    std::vector<std::uint64_t> r(static_cast<std::size_t>(size));
+    for (int p = 0; p < size; ++p) r[static_cast<std::size_t>(p)] = at(in_job ? job_p2p_ : p2p_, p, size).received;
+    return r;
+  }
+
  private:
   struct pair_counts {
     std::uint64_t sent = 0;
@@ -51,6 +59,36 @@ class op_numbering {
   std::uint64_t job_seq_ = 0;            // collectives inside submit() jobs (engine thread only)
   std::vector<pair_counts> p2p_;         // per peer, for send/recv
   std::vector<pair_counts> job_p2p_;     // per peer, for send/recv inside submit() jobs
+};
+
+/// Where a receive from any source stands at issue: per peer, the messages numbered so far as
+/// expected from it, and whether it was issued inside a submit() job (which numbering it uses).
+struct any_source_base {
+  std::vector<std::uint64_t> counts;
+  bool in_job = false;
+};
+
+/// A receive from any source learns which peer's message it takes only when it runs, so it
+/// cannot be numbered at issue as a recv is: it takes the next message of the peer it matches,
+/// and every receive from that peer issued after it expects one message further on. This counts,
+/// per peer and numbering (outside and inside submit() jobs), the messages such receives took;
+/// read and written only by running operations (which never run concurrently on a communicator).
+class any_source_shift {
+ public:
+  /// What to add to the number of a message expected from `peer` (`seq`: as numbered at issue).
+  std::uint64_t of(int peer, std::uint64_t seq) const noexcept {
+    const auto& v = taken_[(seq & op_numbering::in_job_bit) ? 1 : 0];
+    return v.empty() ? 0 : v[static_cast<std::size_t>(peer)];
+  }
+  /// A receive from any source of numbering `in_job` took `peer`'s next message.
+  void took(int peer, int size, bool in_job) {
+    auto& v = taken_[in_job ? 1 : 0];
+    if (v.empty()) v.resize(static_cast<std::size_t>(size));
+    ++v[static_cast<std::size_t>(peer)];
+  }
+
+ private:
+  std::vector<std::uint64_t> taken_[2];
 };
 
 }  // namespace gsync::detail

@@ -23,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,41 @@ class inproc {
   void recv_stream(int peer, message_id id, std::size_t n, std::size_t /*align*/,
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
     take(peer, id, n, dl, [&](const std::byte* p) { consume(std::span<const std::byte>(p, n)); });
+  }
+
+  /// Waits until, for some peer p with `ids[p].tag != 0`, the first message of this view from p
+  /// has ids[p]'s tag and number; returns p (`any_source_transport`). A candidate that fails
+  /// fails the wait; one that left is passed over, and the wait fails once all have left.
+  int probe_any(std::span<const message_id> ids, deadline dl) {
+    std::unique_lock lk(w_->m_);
+    check_usable(lk);
+    auto& me = w_->ranks_[me_];
+    for (;;) {
+      for (int p = 0; p < size_; ++p) {
+        const message_id& id = ids[static_cast<std::size_t>(p)];
+        if (p == rank_ || id.tag == 0) continue;
+        auto& q = w_->box(job_rank(p), me_);
+        const auto it = find(q);
+        if (it != q.end() && it->h.tag == id.tag && it->h.seq == id.seq) return p;
+      }
+      if (me.gone) check_usable(lk);
+      // A candidate that failed fails the wait; one that left is done sending, unless all have.
+      int open = 0, left = -1;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || ids[static_cast<std::size_t>(p)].tag == 0) continue;
+        const auto& st = w_->ranks_[job_rank(p)];
+        if (st.gone && st.kind != errc::peer_lost) peer_gone(lk, job_rank(p), "failed while this rank waited for a message from any rank");
+        if (st.gone) left = job_rank(p);
+        else ++open;
+      }
+      if (open == 0) peer_gone(lk, left, "left, the last rank this receive from any rank could take a message from");
+      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout) {
+        std::uint32_t tag = 0;
+        for (const message_id& id : ids) tag = tag ? tag : id.tag;
+        fail(lk, errc::timeout, who() + "timed out in a receive from any rank (tag " + std::to_string(tag & ~tag_p2p) +
+                                    "): no rank sent it a message with that tag" + in_comm());
+      }
+    }
   }
 
   /// Waits until every message this view sent has been consumed.

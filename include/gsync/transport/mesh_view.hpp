@@ -121,6 +121,10 @@ class mesh_view {
   /// `align` (from the staging buffer, or straight from the shared-memory ring).
   GSYNC_DECL void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                               detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl);
+  /// Waits until the next message of this view from some peer p with `ids[p].tag != 0` is
+  /// ids[p]'s (its tag and number) and returns p, the message left for `recv`
+  /// (`any_source_transport`; transport/mesh/any_source.ipp).
+  GSYNC_DECL int probe_any(std::span<const message_id> ids, deadline dl);
   /// Blocks until every send queued through this view no longer needs its source bytes.
   GSYNC_DECL void flush_sends(deadline dl);
   /// Hands queued sends to the links as far as they take them now, without waiting.

@@ -138,6 +138,13 @@ class host_mesh {
   void recv(int peer, message_id id, std::byte* dst, std::size_t n, deadline dl);
   void recv_stream(int peer, message_id id, std::size_t n, std::size_t align,
                    detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl, std::byte* staging = nullptr);
+  /// A candidate of a receive from any source: a peer and the message wanted from it.
+  struct probe_target {
+    int peer;
+    message_id id;
+  };
+  /// The index in `t` of a candidate whose next message is the one wanted from it, once there is one.
+  std::size_t probe_any(std::span<const probe_target> t, deadline dl);
   /// Blocks until no queued send of communicator `comm` needs its source bytes any more.
   void flush_sends(deadline dl, std::uint64_t comm = 0);
   void progress_sends();
@@ -256,6 +263,10 @@ class host_mesh {
   [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
   // The endpoint that holds this rank's doorbell (where waits on doorbell links sleep), else null.
   doorbell_owner* bell_owner() const noexcept { return bell_owner_; }
+
+  // Receiving from any source (any_source.ipp).
+  bool next_is(const probe_target& x);
+  void any_wait(std::span<const probe_target> t, deadline dl);
 
   // Waiting (progress.ipp).
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);

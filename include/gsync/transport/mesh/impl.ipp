@@ -11,6 +11,7 @@
 #include "gsync/transport/links/shm_endpoint.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
+#include "gsync/transport/mesh/any_source.ipp"
 #include "gsync/transport/mesh/connect.ipp"
 #include "gsync/transport/mesh/data_path.ipp"
 #include "gsync/transport/mesh/diagnostics.ipp"
@@ -111,6 +112,20 @@ GSYNC_DECL void mesh_view::recv_stream(int peer, message_id id, std::size_t n, s
                                  detail::function_ref<void(std::span<const std::byte>)> consume, deadline dl) {
   id.fp.comm = comm_;
   m_->recv_stream(to_job(peer), id, n, align, consume, dl, staging_.get());
+}
+GSYNC_DECL int mesh_view::probe_any(std::span<const message_id> ids, deadline dl) {
+  if (ids.size() != static_cast<std::size_t>(size_)) throw error(errc::invalid_argument, "tcp::probe_any: one id per rank of the view");
+  std::vector<host_mesh::probe_target> t;
+  std::vector<int> view;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || ids[static_cast<std::size_t>(p)].tag == 0) continue;
+    message_id id = ids[static_cast<std::size_t>(p)];
+    id.fp.comm = comm_;
+    t.push_back({to_job(p), id});
+    view.push_back(p);
+  }
+  if (t.empty()) throw error(errc::invalid_argument, "tcp::probe_any: no peer to receive from");
+  return view[m_->probe_any(t, dl)];
 }
 GSYNC_DECL void mesh_view::flush_sends(deadline dl) { m_->flush_sends(dl, comm_); }
 GSYNC_DECL void mesh_view::progress_sends() { m_->progress_sends(); }

@@ -117,6 +117,12 @@ class shared_mode {
       cv_.wait_for(*held(), std::chrono::milliseconds(50));
     }
   }
+  /// The header of the first frame of communicator `comm` set aside in `peer`'s inbox, else null.
+  const frame_header* first_of(int peer, std::uint64_t comm) const noexcept {
+    for (const stashed_frame& f : peers_[static_cast<std::size_t>(peer)].inbox)
+      if (f.h.fp.comm == comm) return &f.h;
+    return nullptr;
+  }
   /// True while a thread reads `peer`'s stream (always false before `share()`).
   bool reading(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].reading; }
   /// Removes the frame at `at` in `peer`'s inbox (an index from `claim`) and returns it.
