@@ -2,9 +2,13 @@
 
 #include "process_group.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <span>
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <gsync/gsync.hpp>
 
@@ -70,43 +74,90 @@ std::vector<std::size_t> counts_of(const std::vector<at::Tensor>& parts) {
 
 process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size),
-      comm_([&] {
+      comm_(std::in_place, [&] {
         gsync::config cfg = gsync::config::from_env();
         if (timeout.count() > 0) cfg.timeout = timeout;
         return gsync::tcp_communicator::join(launch_from_store(store, rank, size), cfg);
       }()),
       completer_(std::make_shared<completer>()),
-      busy_ns_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
+      busy_ns_(std::make_shared<std::atomic<std::uint64_t>>(0)),
+      meter_(std::make_shared<step_meter>()) {}
 
 // The communicator's destructor lets its pending jobs end (their futures complete on the
-// completer, which their callbacks keep alive).
-process_group::~process_group() = default;
+// completer, which their callbacks keep alive). Python drops the group holding the GIL, and the
+// engine and completer threads may drop the last reference of a tensor whose Python object they
+// then own, which takes the GIL: so they are waited for with the GIL released (holding it, a
+// destroy_process_group could wait for them forever).
+process_group::~process_group() {
+  report();
+  std::optional<pybind11::gil_scoped_release> nogil;
+  if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
+  try {
+    comm_.reset();
+  } catch (...) {
+    // a destructor reports nothing; the peers learn of a failure on their own
+  }
+  completer_.reset();
+}
 
 template <class Job>
 c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                                      Job job) {
+                                                      Job job, std::shared_ptr<int> source) {
   auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   std::lock_guard lk(issue_);
-  gsync::request r = gsync::submit(comm_, [job = std::move(job), timeout, busy = busy_ns_](auto& c) mutable {
+  const std::uint64_t id = meter_->issued();
+  gsync::request r = gsync::submit(*comm_, [job = std::move(job), timeout, busy = busy_ns_, meter = meter_, id](auto& c) mutable {
     const auto t0 = std::chrono::steady_clock::now();
+    struct account {  // the run time, also when the job fails
+      std::chrono::steady_clock::time_point t0;
+      std::shared_ptr<std::atomic<std::uint64_t>>& busy;
+      std::shared_ptr<step_meter>& meter;
+      std::uint64_t id;
+      ~account() {
+        const auto d = std::chrono::steady_clock::now() - t0;
+        busy->fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+        meter->finished(id, d);
+      }
+    } a{t0, busy, meter, id};
     if (timeout.count() > 0) {
       auto g = c.with_timeout(timeout);
       job(c);
     } else {
       job(c);
     }
-    busy->fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
   });
   ops_.fetch_add(1);
   r.on_finish([c = completer_, fut, outputs](std::exception_ptr e) { c->post(fut, outputs, e); });
-  return c10::make_intrusive<work>(getRank(), type, std::move(r), std::move(outputs), std::move(fut));
+  return c10::make_intrusive<work>(getRank(), type, std::move(r), std::move(outputs), std::move(fut), std::move(source), meter_, id);
 }
 
 group_stats process_group::stats() const {
   group_stats s;
   s.ops = ops_.load();
   s.busy_seconds = static_cast<double>(busy_ns_->load()) * 1e-9;
+  s.steps = meter_->totals();
   return s;
+}
+
+// At GSYNC_DEBUG=INFO, the group's figures, once, as it goes (as gsync's gradient synchronizer does).
+void process_group::report() const noexcept {
+  try {
+    if (!comm_ || !comm_->log().enabled(gsync::log_level::info)) return;
+    const group_stats s = stats();
+    char buf[400];
+    if (s.steps.steps() == 0)
+      std::snprintf(buf, sizeof buf, "torch backend: %llu operations, %.3f s on the engine; no steps marked (gsync_torch.step() once per step gives the efficiency figures)",
+                    static_cast<unsigned long long>(s.ops), s.busy_seconds);
+    else
+      std::snprintf(buf, sizeof buf,
+                    "torch backend: %llu steps, mean %.3f ms; communication exposed %.1f%% of step time (%.1f%% of its %.3f s hidden "
+                    "behind computation); speedup over one worker %.2f of %d (weak scaling, from the exposed share)",
+                    static_cast<unsigned long long>(s.steps.steps()), s.steps.mean_step_ms(), 100.0 * s.steps.comm_ratio(),
+                    100.0 * s.steps.overlap(), s.steps.comm_time().count(), s.steps.speedup(getSize()), getSize());
+    comm_->log().info(buf);
+  } catch (...) {
+    // a report never turns a teardown into an error
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
@@ -340,7 +391,15 @@ c10::intrusive_ptr<c10d::Work> process_group::recv(std::vector<at::Tensor>& tens
   check_tensors(tensors, "recv");
   return enqueue(c10d::OpType::RECV, tensors, 0ms, [t = tensors[0], src, tag](auto& c) {
     with_type(t.scalar_type(), [&]<class T>() { gsync::recv(c, span_of<T>(t), src, tag); });
-  });
+  }, std::make_shared<int>(src));
+}
+
+c10::intrusive_ptr<c10d::Work> process_group::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_tensors(tensors, "recv");
+  auto from = std::make_shared<int>(-1);
+  return enqueue(c10d::OpType::RECVANYSOURCE, tensors, 0ms, [t = tensors[0], tag, from](auto& c) {
+    with_type(t.scalar_type(), [&]<class T>() { *from = gsync::recv_any(c, span_of<T>(t), tag); });
+  }, from);
 }
 
 c10::intrusive_ptr<c10d::Work> process_group::barrier(const c10d::BarrierOptions& opts) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,14 +20,16 @@
 
 #include <gsync/communicator.hpp>
 
+#include "step_meter.hpp"
 #include "work.hpp"
 
 namespace gsync_torch {
 
-/// Counters of the group's traffic, for the efficiency figures (gsync_torch.stats).
+/// Counters of the group's traffic and its efficiency figures (gsync_torch.stats).
 struct group_stats {
   std::uint64_t ops = 0;            ///< operations issued
   double busy_seconds = 0;          ///< sum of the operations' run times (engine thread)
+  gsync::grad::running_stats steps;  ///< the steps marked since the last reset (step_meter.hpp)
 };
 
 class process_group final : public c10d::ProcessGroup {
@@ -59,23 +62,33 @@ class process_group final : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   /// The group's counters so far.
   group_stats stats() const;
+  /// Ends a training step now (gsync_torch.step()).
+  void step() { meter_->step(); }
+  /// The figures count from now.
+  void reset_stats() { meter_->reset(); }
+  /// Logs the figures at GSYNC_DEBUG=INFO (as the group goes).
+  void report() const noexcept;
   /// The communicator (for tests and the statistics).
-  gsync::tcp_communicator& communicator() { return comm_; }
+  gsync::tcp_communicator& communicator() { return *comm_; }
 
  private:
   /// Issues `job(comm)` as one submit() job (with `timeout` when set) and returns its Work, whose
   /// result and future value are `outputs`.
+  /// `source`: where a receive writes its sender's rank (Work.source_rank()), else null.
   template <class Job>
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, Job job);
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, Job job,
+                                         std::shared_ptr<int> source = nullptr);
 
-  gsync::tcp_communicator comm_;
+  std::optional<gsync::tcp_communicator> comm_;  // reset first in the destructor, without the GIL
   std::mutex issue_;
   std::shared_ptr<completer> completer_;
   std::shared_ptr<std::atomic<std::uint64_t>> busy_ns_;
+  std::shared_ptr<step_meter> meter_;
   std::atomic<std::uint64_t> ops_{0};
 };
 

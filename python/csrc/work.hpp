@@ -9,9 +9,14 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -20,29 +25,39 @@
 #include <gsync/core/error.hpp>
 #include <gsync/core/request.hpp>
 
+#include "step_meter.hpp"
+
 namespace gsync_torch {
 
 /// Completes futures in the order their operations finished, on its own thread.
 class completer {
  public:
-  completer() : thread_([this] { loop(); }) {}
+  completer() : thread_([s = s_] { loop(*s); }) {}
   completer(const completer&) = delete;
   completer& operator=(const completer&) = delete;
+  /// Completes what is queued, then stops; waits with the GIL released (the thread may need it
+  /// to drop a tensor, see ~process_group).
   ~completer() {
     {
-      std::lock_guard lk(m_);
-      stop_ = true;
+      std::lock_guard lk(s_->m);
+      s_->stop = true;
     }
-    cv_.notify_one();
+    s_->cv.notify_one();
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      thread_.detach();  // the last reference went on the thread itself, which owns the state too
+      return;
+    }
+    std::optional<pybind11::gil_scoped_release> nogil;
+    if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
     thread_.join();
   }
   /// Queues the completion of `fut` with `outputs`, or with `error` when it is set.
   void post(c10::intrusive_ptr<c10::ivalue::Future> fut, std::vector<at::Tensor> outputs, std::exception_ptr error) {
     {
-      std::lock_guard lk(m_);
-      q_.push_back({std::move(fut), std::move(outputs), std::move(error)});
+      std::lock_guard lk(s_->m);
+      s_->q.push_back({std::move(fut), std::move(outputs), std::move(error)});
     }
-    cv_.notify_one();
+    s_->cv.notify_one();
   }
 
  private:
@@ -51,35 +66,44 @@ class completer {
     std::vector<at::Tensor> outputs;
     std::exception_ptr error;
   };
-  void loop() {
-    std::unique_lock lk(m_);
+  struct state {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<item> q;
+    bool stop = false;
+  };
+  static void loop(state& s) {
     for (;;) {
-      cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) return;  // stopping, nothing left
-      item it = std::move(q_.front());
-      q_.pop_front();
-      lk.unlock();
+      std::optional<item> it;
+      {
+        std::unique_lock lk(s.m);
+        s.cv.wait(lk, [&] { return s.stop || !s.q.empty(); });
+        if (s.q.empty()) return;  // stopping, nothing left
+        it.emplace(std::move(s.q.front()));
+        s.q.pop_front();
+      }
+      // Unlocked, and the item dropped unlocked too: dropping a tensor may take the GIL.
       try {
-        if (it.error) it.fut->setError(it.error);
-        else it.fut->markCompleted(c10::IValue(it.outputs));
+        if (it->error) it->fut->setError(it->error);
+        else it->fut->markCompleted(c10::IValue(it->outputs));
       } catch (...) {
         // a callback's failure stays with its future
       }
-      lk.lock();
     }
   }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<item> q_;
-  bool stop_ = false;
-  std::thread thread_;  // last: started once the members above exist
+  std::shared_ptr<state> s_ = std::make_shared<state>();  // shared with the thread
+  std::thread thread_;  // last: started once the state exists
 };
 
 /// One queued operation of the process group.
 class work final : public c10d::Work {
  public:
-  work(int rank, c10d::OpType type, gsync::request r, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10::ivalue::Future> fut)
-      : c10d::Work(rank, type), req_(std::move(r)), outputs_(std::move(outputs)), fut_(std::move(fut)) {}
+  /// `source`: a receive's sender, written by its job before the request finishes (else null).
+  /// `meter`, `id`: where the caller's waits for operation `id` are counted (step_meter.hpp).
+  work(int rank, c10d::OpType type, gsync::request r, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10::ivalue::Future> fut,
+       std::shared_ptr<int> source, std::shared_ptr<step_meter> meter, std::uint64_t id)
+      : c10d::Work(rank, type), req_(std::move(r)), outputs_(std::move(outputs)), fut_(std::move(fut)), source_(std::move(source)),
+        meter_(std::move(meter)), id_(id) {}
 
   bool isCompleted() override {
     try {
@@ -106,6 +130,12 @@ class work final : public c10d::Work {
   /// Blocks until the operation finished (rethrowing gsync's error); with a timeout (not 0),
   /// fails with errc::timeout when it has not finished by then.
   bool wait(std::chrono::milliseconds timeout) override {
+    struct account {  // the caller's time blocked here, also when the operation failed
+      step_meter& m;
+      std::uint64_t id;
+      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+      ~account() { m.waited(id, std::chrono::steady_clock::now() - t0); }
+    } a{*meter_, id_};
     if (timeout.count() <= 0) {
       req_.wait();
       return true;
@@ -120,6 +150,12 @@ class work final : public c10d::Work {
     return true;
   }
   void synchronize() override {}  // CPU tensors: nothing to order on a stream
+  /// A finished receive's sender (torch's Work.source_rank()).
+  int sourceRank() const override {
+    if (!source_) throw gsync::error(gsync::errc::invalid_argument, "gsync backend: source_rank() is a receive's, and this Work is not one");
+    if (!req_.test()) throw gsync::error(gsync::errc::invalid_argument, "gsync backend: source_rank() before the receive finished (wait() first)");
+    return *source_;
+  }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return fut_; }
 
@@ -127,6 +163,9 @@ class work final : public c10d::Work {
   mutable gsync::request req_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> fut_;
+  std::shared_ptr<int> source_;
+  std::shared_ptr<step_meter> meter_;
+  std::uint64_t id_;
 };
 
 }  // namespace gsync_torch

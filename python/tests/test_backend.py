@@ -196,6 +196,24 @@ def run_point_to_point(c, rank, world):
             y = torch.empty(5)
             dist.recv(y, 0, tag=7)
             c.same("send/recv tag 7", y, torch.zeros(5))
+    # receives from any source: the last rank takes one bfloat16 message from every other rank,
+    # by recv (which returns the sender) and irecv (Work.source_rank()), alternately
+    last = world - 1
+    if rank != last:
+        dist.send(values(rank, 77, torch.bfloat16), last, tag=3)
+    else:
+        seen = []
+        for k in range(world - 1):
+            z = torch.empty(77, dtype=torch.bfloat16)
+            if k % 2 == 0:
+                src = dist.recv(z, tag=3)
+            else:
+                w = dist.irecv(z, tag=3)
+                w.wait()
+                src = w._source_rank()
+            seen.append(src)
+            c.same("recv from any source (from %d)" % src, z, values(src, 77, torch.bfloat16))
+        c.same("any-source senders", torch.tensor(sorted(seen)), torch.arange(world - 1))
 
 
 def run_futures_and_threads(c, rank, world):

@@ -43,8 +43,6 @@ if BACKEND == "gsync":
 
     for feature in ("plugin", "ddp", "subgroup"):
         DistTestCases.backend_feature[feature].add("gsync")
-    # What gsync does not do yet: receive from any source.
-    DistTestCases.skip_collective["sendrecv anysource"].add("gsync")
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
