@@ -6,7 +6,8 @@
 Every rank trains the same MLP on its own batches (weak scaling: the per-rank batch is fixed), with
 DistributedDataParallel over each backend. Per run it measures, on every rank, the mean step time
 with gradient synchronization and the mean step time of the same steps under `no_sync()` (the
-compute alone), and reports rank 0's figures:
+compute alone), and reports rank 0's figures (for gsync also those the backend reports itself,
+gsync_torch.stats() over the same synchronized steps, marked with gsync_torch.step()):
   - communication share of the step: (step - compute) / step, the exposed communication after
     DDP's overlap of bucket allreduces with backward;
   - speedup of N workers over one: N x step(1) / step(N) (samples per second against one worker),
@@ -44,7 +45,7 @@ def build_model(width):
 def worker(rank, world, backend, port, a, q):
     try:
         if backend == "gsync":
-            import gsync_torch  # noqa: F401
+            import gsync_torch  # noqa: F401  registers "gsync"
         torch.set_num_threads(1)
         store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=120))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=120))
@@ -59,12 +60,20 @@ def worker(rank, world, backend, port, a, q):
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
 
+        gsync_torch = None
+        if backend == "gsync":
+            import gsync_torch
+
         def timed(steps, sync):
             dist.barrier()
+            if gsync_torch and sync:
+                gsync_torch.reset_stats()
             t0 = time.perf_counter()
             for i in range(steps):
                 if sync:
                     step(i)
+                    if gsync_torch:
+                        gsync_torch.step()  # the backend's own figures, over the same steps
                 else:
                     with model.no_sync():
                         step(i)
@@ -73,17 +82,20 @@ def worker(rank, world, backend, port, a, q):
         for i in range(a.warmup):
             step(i)
         # Alternate synchronized and compute-only rounds, so that drift of the machine hits both.
-        with_sync, compute = [], []
+        with_sync, compute, own = [], [], []
         for _ in range(a.rounds):
             with_sync.append(timed(a.steps, True))
+            if gsync_torch:
+                own.append(gsync_torch.stats())  # the round's steps (reset_stats at its start)
             compute.append(timed(a.steps, False))
-        busy = None
-        if backend == "gsync":
-            import gsync_torch
-            busy = gsync_torch.stats()["busy_seconds"]
+        figures = None
+        if gsync_torch:  # the backend's figures of the fastest synchronized round
+            st = own[with_sync.index(min(with_sync))]
+            figures = {"busy_s": gsync_torch.stats()["busy_seconds"], "own_share_pct": 100.0 * st["comm_share"],
+                       "own_speedup": st["speedup"]}
         dist.barrier()
         dist.destroy_process_group()
-        q.put((rank, min(with_sync), min(compute), busy))
+        q.put((rank, min(with_sync), min(compute), figures))
     except Exception as e:  # noqa: BLE001
         q.put((rank, repr(e), None, None))
 
@@ -102,7 +114,9 @@ def run(backend, world, a):
     if bad:
         raise RuntimeError(f"{backend} at {world}: {bad}")
     r0 = next(o for o in out if o[0] == 0)
-    return {"backend": backend, "world": world, "step_ms": 1e3 * r0[1], "compute_ms": 1e3 * r0[2], "busy_s": r0[3]}
+    r = {"backend": backend, "world": world, "step_ms": 1e3 * r0[1], "compute_ms": 1e3 * r0[2]}
+    r.update(r0[3] or {})
+    return r
 
 
 def svg(results, worlds, path):
@@ -171,11 +185,13 @@ def main():
         r["speedup_from_share"] = r["world"] * (1 - r["comm_share_pct"] / 100)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"args": vars(a), "cores": os.cpu_count(), "results": results}, f, indent=1)
-    lines = ["| backend | ranks | step (ms) | compute (ms) | communication share | speedup | N x (1 - share) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| backend | ranks | step (ms) | compute (ms) | communication share | speedup | N x (1 - share) "
+             "| backend's own share | backend's own speedup |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
+        own = (f"{r['own_share_pct']:.1f}% | {r['own_speedup']:.2f}" if "own_share_pct" in r else "- | -")
         lines.append(f"| {r['backend']} | {r['world']} | {r['step_ms']:.2f} | {r['compute_ms']:.2f} | {r['comm_share_pct']:.1f}% | "
-                     f"{r['speedup']:.2f} | {r['speedup_from_share']:.2f} |")
+                     f"{r['speedup']:.2f} | {r['speedup_from_share']:.2f} | {own} |")
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     svg(results, a.worlds, os.path.join(a.out, "efficiency.svg"))
