@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -210,5 +212,57 @@ TEST_CASE("recv_any: argument errors are thrown at the call") {
   gsync_test::run_inproc(1, [](auto& comm, gsync_test::world_sync&) {
     std::vector<float> v(4);
     CHECK(gsync_test::kind_of([&] { (void)gsync::recv_any(comm, std::span<float>{v}, 0); }) == gsync::errc::invalid_argument);
+  });
+}
+
+TEST_CASE("recv_any: a sender whose other message stands first is not spun on, and none left is a mismatch") {
+  on_all(3, [](auto& comm, gsync_test::world_sync&) {
+    const int r = comm.rank();
+    std::vector<float> v(8, static_cast<float>(r));
+    // (In process a send waits until it is taken, so rank 1's never ends: it fails with rank 0.)
+    if (r == 1) {
+      (void)gsync_test::kind_of([&] {
+        gsync::send(comm, std::span<const float>{v}, 0, 3);  // first, with another tag
+        gsync::send(comm, std::span<const float>{v}, 0, 5);
+      });
+    } else if (r == 2) {
+      std::this_thread::sleep_for(300ms);
+      gsync::send(comm, std::span<const float>{v}, 0, 5);
+    } else {
+      std::vector<float> got(8);
+      timespec c0{}, c1{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK(gsync::recv_any(comm, std::span<float>{got}, 5) == 2);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      const double cpu = static_cast<double>(c1.tv_sec - c0.tv_sec) + 1e-9 * static_cast<double>(c1.tv_nsec - c0.tv_nsec);
+      CAPTURE(wall);
+      if (wall > 0.1) CHECK(cpu < 0.5 * wall);  // it slept while rank 1's tag-3 message stood first, not spun
+      // Now rank 1's tag-3 message stands first and rank 2 sends nothing more: no receive of tag 5
+      // can end, and it says so at once rather than at the timeout.
+      const auto t1 = std::chrono::steady_clock::now();
+      CHECK(gsync_test::kind_of([&] { (void)gsync::recv_any(comm, std::span<float>{got}, 5); }) == gsync::errc::mismatch);
+      CHECK(std::chrono::steady_clock::now() - t1 < 10s);
+    }
+  }, 20s);
+}
+
+TEST_CASE("recv_any: what it took stays counted when the communicator is moved") {
+  on_all(2, [](auto& comm, gsync_test::world_sync&) {
+    std::vector<float> v(4);
+    if (comm.rank() == 1) {
+      for (int k = 0; k < 2; ++k) {
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = value(1, k, i);
+        gsync::send(comm, std::span<const float>{v}, 0, 2);
+      }
+    } else {
+      CHECK(gsync::recv_any(comm, std::span<float>{v}, 2) == 1);
+      CHECK(holds(v, 1, 0));
+      auto moved = std::move(comm);
+      gsync::recv(moved, std::span<float>{v}, 1, 2);  // rank 1's second message
+      CHECK(holds(v, 1, 1));
+      comm = std::move(moved);
+    }
   });
 }

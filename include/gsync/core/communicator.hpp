@@ -445,6 +445,7 @@ class communicator {
     log_ = o.log_;
     local_rank_ = o.local_rank_;
     numbers_ = std::move(o.numbers_);
+    any_shift_ = std::move(o.any_shift_);
     splits_ = o.splits_;
     logged_shapes_ = std::move(o.logged_shapes_);
     allreduce_choices_ = o.allreduce_choices_;

@@ -188,22 +188,31 @@ class inproc {
         if (it != q.end() && it->h.tag == id.tag && it->h.seq == id.seq) return p;
       }
       if (me.gone) check_usable(lk);
+      for (int q = 0; q < w_->size(); ++q)  // any rank that failed with a mismatch or was aborted: fail now (as take)
+        if (w_->ranks_[q].gone && (w_->ranks_[q].kind == errc::mismatch || w_->ranks_[q].kind == errc::aborted))
+          peer_gone(lk, q, "failed");
       // A candidate that failed fails the wait; one that left is done sending, unless all have.
-      int open = 0, left = -1;
+      // One whose first message is another keeps it first while this receive waits.
+      int open = 0, left = -1, other = 0;
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || ids[static_cast<std::size_t>(p)].tag == 0) continue;
         const auto& st = w_->ranks_[job_rank(p)];
         if (st.gone && st.kind != errc::peer_lost) peer_gone(lk, job_rank(p), "failed while this rank waited for a message from any rank");
-        if (st.gone) left = job_rank(p);
+        auto& q = w_->box(job_rank(p), me_);
+        if (find(q) != q.end()) ++other;
+        else if (st.gone) left = job_rank(p);
         else ++open;
       }
+      if (open == 0 && other > 0)
+        fail(lk, errc::mismatch, who() + "a receive from any rank cannot end: every rank still sending to this one has another message first" + in_comm());
       if (open == 0) peer_gone(lk, left, "left, the last rank this receive from any rank could take a message from");
-      if (me.cv.wait_until(lk, dl) == std::cv_status::timeout) {
+      if (std::chrono::steady_clock::now() >= dl) {  // after a last look at the mailboxes (above)
         std::uint32_t tag = 0;
         for (const message_id& id : ids) tag = tag ? tag : id.tag;
         fail(lk, errc::timeout, who() + "timed out in a receive from any rank (tag " + std::to_string(tag & ~tag_p2p) +
                                     "): no rank sent it a message with that tag" + in_comm());
       }
+      me.cv.wait_until(lk, dl);
     }
   }
 

@@ -160,9 +160,10 @@ class tcp_link {
   }
   /// Ends a frame (nothing to release on a stream).
   void end_read() noexcept {}
-  /// Copies the next frame's header if it has arrived whole, without taking it (between frames).
+  /// Copies the next frame's header if it has arrived whole, without taking it (between frames);
+  /// also after the peer closed, while what it sent before is still there to read.
   bool peek_header(frame_header& h) const noexcept {
-    return fd_ >= 0 && !closed_ && hdr_got_ == 0 && peek(&h, sizeof h) == static_cast<ssize_t>(sizeof h);
+    return fd_ >= 0 && hdr_got_ == 0 && peek(&h, sizeof h) == static_cast<ssize_t>(sizeof h);
   }
 
   /// Liveness: looks, without waiting, at whether the peer has closed or reset the connection

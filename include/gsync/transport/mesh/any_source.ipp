@@ -26,14 +26,15 @@ inline std::size_t host_mesh::probe_any(std::span<const probe_target> t, deadlin
     if (unconnected(x.peer) && x.peer < rank_) dial(x.peer, dl);
   for (;;) {
     for (std::size_t i = 0; i < t.size(); ++i)
-      if (next_is(t[i])) return i;
+      if (next_is(t[i], dl)) return i;
     any_wait(t, dl);
   }
 }
 
 // True when `x.peer`'s next frame of x's communicator is x's message. A failure notice in front
-// of it is taken and fails this rank, as in a recv.
-inline bool host_mesh::next_is(const probe_target& x) {
+// of it is taken and fails this rank, as in a recv; in shared mode, a frame of another
+// communicator in front that no thread is reading is set aside for its owner, as a recv would.
+inline bool host_mesh::next_is(const probe_target& x, deadline dl) {
   const int p = x.peer;
   if (unconnected(p)) return false;
   if (shared_.held()) {  // shared mode: a frame set aside by another reader comes first
@@ -45,6 +46,16 @@ inline bool host_mesh::next_is(const probe_target& x) {
   if (h.magic == notice_magic) {
     take_header(p, data_link(p), h, nullptr, 0, std::chrono::steady_clock::now() + std::chrono::seconds(1), x.id);
     on_notice(p, h, nullptr, 0, x.id);
+  }
+  if (h.magic == frame_magic && h.fp.comm != x.id.fp.comm && shared_.held()) {
+    {
+      shared_mode::read_claim claim;
+      if (shared_.claim(p, x.id.fp.comm, claim, [] {}) >= 0) return next_is(x, dl);  // (none of ours: looked above)
+      link_port& l = data_link(p);
+      if (!l.try_header(h, nullptr, 0).done) return false;  // the header was whole: cannot happen
+      set_aside(p, l, h, nullptr, 0, dl, x.id);
+    }
+    return next_is(x, dl);
   }
   return h.magic == frame_magic && h.fp.comm == x.id.fp.comm && h.tag == x.id.tag && h.seq == x.id.seq;
 }
@@ -65,7 +76,7 @@ inline void host_mesh::any_wait(std::span<const probe_target> t, deadline dl) {
   }
   const auto ready = [&] {
     for (const probe_target& x : t)
-      if (next_is(x)) return true;
+      if (next_is(x, dl)) return true;
     return false;
   };
   // A message often follows within microseconds: look again while yielding the core first.
@@ -76,24 +87,54 @@ inline void host_mesh::any_wait(std::span<const probe_target> t, deadline dl) {
       if (ready()) return;
     } while (std::chrono::steady_clock::now() < until);
   }
+  // What each candidate may still bring. One whose next frame (whole) is another message keeps it
+  // there while this receive waits (nothing else reads this communicator's frames meanwhile), so
+  // it is out; so is one that left. A socket with part of a header is not polled (it would be
+  // readable at once, again and again): the wait is cut to a millisecond instead.
   waiter::poll_set& ps = waiter::thread_set();
   ps.clear();
-  bool bells = false, open = false;
+  bool bells = false, open = false, partial = false;
+  std::string other;  // the candidates out because another message of theirs comes first
   for (const probe_target& x : t) {
-    if (peers_[x.peer].by_doorbell()) {
-      bells = open = true;
-    } else if (unconnected(x.peer)) {
-      open = true;  // it may still dial this rank
-    } else if (!peers_[x.peer].tcp().seen_closed()) {
-      open = true;
-      if (!shared_.reading(x.peer)) ps.add(data_fd(x.peer), POLLIN, x.peer);
+    const int p = x.peer;
+    if (unconnected(p) || (shared_.held() && (shared_.reading(p) || shared_.first_of(p, x.id.fp.comm)))) {
+      open = true;  // it may dial this rank; another thread reads it
+      continue;
     }
+    frame_header h;
+    if (data_link(p).peek_header(h)) {
+      if (h.magic != frame_magic || h.fp.comm != x.id.fp.comm) {  // a notice, another communicator's: taken next time
+        open = partial = true;
+        continue;
+      }
+      other += (other.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p) + ": " + describe_message(h.tag, h.seq, h.fp);
+      continue;
+    }
+    if (peers_[p].by_doorbell()) {
+      if (bell_failed(p) & shm_left) continue;  // it left: done sending
+      bells = open = true;
+      continue;
+    }
+    if (peers_[p].tcp().seen_closed()) continue;
+    const int st = peers_[p].tcp().closed_by_peer();
+    if (st == 1) {  // closed, nothing left to read: done sending (a failure reaches this rank otherwise)
+      peers_[p].tcp().mark_closed();
+      continue;
+    }
+    open = true;
+    if (st == 2) partial = true;
+    else ps.add(data_fd(p), POLLIN, p);
   }
-  if (!open)
-    lost(t.back().peer, "rank " + std::to_string(rank_) + ": a receive from any rank (tag " + std::to_string(id.tag & ~tag_p2p) +
-                            ") cannot end: every rank it could receive from has closed its connection");
+  if (!open) {
+    const std::string what = "rank " + std::to_string(rank_) + ": a receive from any rank (tag " + std::to_string(id.tag & ~tag_p2p) + ")" +
+                             (id.fp.comm ? " in " + comm_label(id.fp.comm) : std::string()) + " cannot end: ";
+    if (!other.empty())
+      fail(errc::mismatch, what + "every rank still sending to this one has another message first (" + other +
+                               "), and messages from one rank are taken in their order");
+    lost(t.back().peer, what + "every rank it could receive from has left");
+  }
   const std::size_t data_end = ps.size();
-  if (data_end == 0 && bells) {
+  if (data_end == 0 && bells && !partial) {
     // Only rings to watch: sleep on this rank's doorbell, as bell_block does (progress.ipp).
     doorbell_owner& own = *bell_owner();
     auto& bell = own.bell();
@@ -117,7 +158,7 @@ inline void host_mesh::any_wait(std::span<const probe_target> t, deadline dl) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && watchable(p) && std::none_of(t.begin(), t.end(), [&](const probe_target& x) { return x.peer == p; }))
       ps.add(peers_[p].tcp().fd(), POLLRDHUP, p);
-  const int cap_ms = bells ? 1 : shared_.held() ? 10 : 1000;
+  const int cap_ms = bells || partial ? 1 : shared_.held() ? 10 : 1000;
   const int r = waiter_.block(ps, std::min(cap_ms, detail::ms_left(dl)), shared_.held() != nullptr, [this](auto&& f) { shared_.unlocked(f); });
   if (r < 0) {
     if (errno == EINTR) return;
@@ -132,9 +173,7 @@ inline void host_mesh::any_wait(std::span<const probe_target> t, deadline dl) {
       continue;  // the dialers' (serve_dialers below)
     } else if (i >= closes_from) {
       if (ev & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(who, id);
-    } else if (frame_header h; i < data_end && ev != 0 && !data_link(who).peek_header(h) && data_link(who).peer_gone()) {
-      peers_[who].tcp().mark_closed();
-    }
+    }  // a candidate's data or close: looked at again by the caller and the next wait
   }
   serve_dialers(r > 0 ? &ps : nullptr, dl);
   if (bells) check_bell_peers(-1, id);

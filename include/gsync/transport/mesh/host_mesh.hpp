@@ -265,7 +265,7 @@ class host_mesh {
   doorbell_owner* bell_owner() const noexcept { return bell_owner_; }
 
   // Receiving from any source (any_source.ipp).
-  bool next_is(const probe_target& x);
+  bool next_is(const probe_target& x, deadline dl);
   void any_wait(std::span<const probe_target> t, deadline dl);
 
   // Waiting (progress.ipp).
