@@ -105,20 +105,20 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::ve
                                                       Job job, std::shared_ptr<int> source) {
   auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   std::lock_guard lk(issue_);
-  const std::uint64_t id = meter_->issued();
-  gsync::request r = gsync::submit(*comm_, [job = std::move(job), timeout, busy = busy_ns_, meter = meter_, id](auto& c) mutable {
-    const auto t0 = std::chrono::steady_clock::now();
-    struct account {  // the run time, also when the job fails
-      std::chrono::steady_clock::time_point t0;
+  // The job's run time, written by the job (also when it fails), read when the request finishes
+  // (also when the job never ran: the communicator was broken).
+  auto spent = std::make_shared<std::atomic<std::int64_t>>(0);
+  gsync::request r = gsync::submit(*comm_, [job = std::move(job), timeout, busy = busy_ns_, spent](auto& c) mutable {
+    struct account {
+      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
       std::shared_ptr<std::atomic<std::uint64_t>>& busy;
-      std::shared_ptr<step_meter>& meter;
-      std::uint64_t id;
+      std::shared_ptr<std::atomic<std::int64_t>>& spent;
       ~account() {
-        const auto d = std::chrono::steady_clock::now() - t0;
-        busy->fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
-        meter->finished(id, d);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        busy->fetch_add(static_cast<std::uint64_t>(ns));
+        spent->store(ns);
       }
-    } a{t0, busy, meter, id};
+    } a{std::chrono::steady_clock::now(), busy, spent};
     if (timeout.count() > 0) {
       auto g = c.with_timeout(timeout);
       job(c);
@@ -126,8 +126,12 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::ve
       job(c);
     }
   });
+  const std::uint64_t id = meter_->issued();  // after submit: one that throws issues nothing
   ops_.fetch_add(1);
-  r.on_finish([c = completer_, fut, outputs](std::exception_ptr e) { c->post(fut, outputs, e); });
+  r.on_finish([c = completer_, fut, outputs, meter = meter_, id, spent](std::exception_ptr e) {
+    meter->finished(id, std::chrono::nanoseconds(spent->load()));
+    c->post(fut, outputs, e);
+  });
   return c10::make_intrusive<work>(getRank(), type, std::move(r), std::move(outputs), std::move(fut), std::move(source), meter_, id);
 }
 

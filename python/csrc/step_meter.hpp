@@ -11,6 +11,7 @@
 // ends) and blocking calls; a caller that computes after its last issue and then waits on a
 // future is charged that computation too.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -41,10 +42,11 @@ class step_meter {
     busy_ += busy;
     if (--in_flight_ == 0) drained_at_ = clock::now();
   }
-  /// The caller waited `w` in Work.wait() for operation `id`.
+  /// The caller waited `w` in Work.wait() for operation `id`, until now.
   void waited(std::uint64_t id, seconds w) {
     std::lock_guard lk(m_);
     waited_ += w;
+    wait_end_ = clock::now();
     if (id == last_id_) last_waited_ = true;
   }
   /// Ends a step now (gsync_torch.step()).
@@ -57,7 +59,11 @@ class step_meter {
     s.step_time = now - step_start_;
     s.comm_time = busy_;
     s.exposed_time = waited_;
-    if (s.synced && !last_waited_) s.exposed_time += (in_flight_ == 0 ? drained_at_ : now) - last_issue_;
+    if (s.synced && !last_waited_) {  // the tail, less what a Work.wait() after the last issue counted already
+      const auto from = std::max(last_issue_, wait_end_);
+      const auto to = in_flight_ == 0 ? drained_at_ : now;
+      if (to > from) s.exposed_time += to - from;
+    }
     s.exposed_time = std::min(s.exposed_time, s.step_time);
     totals_.add(s);
     step_start_ = now;
@@ -83,7 +89,7 @@ class step_meter {
  private:
   mutable std::mutex m_;
   std::uint64_t ids_ = 0, last_id_ = 0, in_flight_ = 0, ops_in_step_ = 0;
-  clock::time_point step_start_, last_issue_{}, drained_at_{};
+  clock::time_point step_start_, last_issue_{}, drained_at_{}, wait_end_{};
   seconds busy_{0}, waited_{0};  // this step's
   bool last_waited_ = true;       // the step's last operation was waited for in Work.wait()
   gsync::grad::running_stats totals_;
