@@ -80,7 +80,6 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
         return gsync::tcp_communicator::join(launch_from_store(store, rank, size), cfg);
       }()),
       completer_(std::make_shared<completer>()),
-      busy_ns_(std::make_shared<std::atomic<std::uint64_t>>(0)),
       meter_(std::make_shared<step_meter>()) {}
 
 // The communicator's destructor lets its pending jobs end (their futures complete on the
@@ -108,17 +107,12 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::ve
   // The job's run time, written by the job (also when it fails), read when the request finishes
   // (also when the job never ran: the communicator was broken).
   auto spent = std::make_shared<std::atomic<std::int64_t>>(0);
-  gsync::request r = gsync::submit(*comm_, [job = std::move(job), timeout, busy = busy_ns_, spent](auto& c) mutable {
+  gsync::request r = gsync::submit(*comm_, [job = std::move(job), timeout, spent](auto& c) mutable {
     struct account {
-      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-      std::shared_ptr<std::atomic<std::uint64_t>>& busy;
-      std::shared_ptr<std::atomic<std::int64_t>>& spent;
-      ~account() {
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-        busy->fetch_add(static_cast<std::uint64_t>(ns));
-        spent->store(ns);
-      }
-    } a{std::chrono::steady_clock::now(), busy, spent};
+      std::chrono::steady_clock::time_point t0;
+      std::atomic<std::int64_t>& spent;
+      ~account() { spent.store(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()); }
+    } a{std::chrono::steady_clock::now(), *spent};
     if (timeout.count() > 0) {
       auto g = c.with_timeout(timeout);
       job(c);
@@ -127,7 +121,6 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::ve
     }
   });
   const std::uint64_t id = meter_->issued();  // after submit: one that throws issues nothing
-  ops_.fetch_add(1);
   r.on_finish([c = completer_, fut, outputs, meter = meter_, id, spent](std::exception_ptr e) {
     meter->finished(id, std::chrono::nanoseconds(spent->load()));
     c->post(fut, outputs, e);
@@ -137,8 +130,8 @@ c10::intrusive_ptr<c10d::Work> process_group::enqueue(c10d::OpType type, std::ve
 
 group_stats process_group::stats() const {
   group_stats s;
-  s.ops = ops_.load();
-  s.busy_seconds = static_cast<double>(busy_ns_->load()) * 1e-9;
+  s.ops = meter_->ops();
+  s.busy_seconds = meter_->total_busy().count();
   s.steps = meter_->totals();
   return s;
 }

@@ -87,9 +87,7 @@ class process_group final : public c10d::ProcessGroup {
   std::optional<gsync::tcp_communicator> comm_;  // reset first in the destructor, without the GIL
   std::mutex issue_;
   std::shared_ptr<completer> completer_;
-  std::shared_ptr<std::atomic<std::uint64_t>> busy_ns_;
-  std::shared_ptr<step_meter> meter_;
-  std::atomic<std::uint64_t> ops_{0};
+  std::shared_ptr<step_meter> meter_;  // operations, run times, steps
 };
 
 /// The creator torch.distributed calls for every group of backend "gsync".

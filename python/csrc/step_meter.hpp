@@ -40,6 +40,7 @@ class step_meter {
   void finished(std::uint64_t /*id*/, seconds busy) {
     std::lock_guard lk(m_);
     busy_ += busy;
+    total_busy_ += busy;
     if (--in_flight_ == 0) drained_at_ = clock::now();
   }
   /// The caller waited `w` in Work.wait() for operation `id`, until now.
@@ -80,6 +81,15 @@ class step_meter {
     busy_ = waited_ = seconds{0};
     last_waited_ = true;
   }
+  /// Operations issued and their run time on the engine since the meter began (not reset).
+  std::uint64_t ops() const {
+    std::lock_guard lk(m_);
+    return ids_;
+  }
+  seconds total_busy() const {
+    std::lock_guard lk(m_);
+    return total_busy_;
+  }
   /// The steps ended so far.
   gsync::grad::running_stats totals() const {
     std::lock_guard lk(m_);
@@ -91,6 +101,7 @@ class step_meter {
   std::uint64_t ids_ = 0, last_id_ = 0, in_flight_ = 0, ops_in_step_ = 0;
   clock::time_point step_start_, last_issue_{}, drained_at_{}, wait_end_{};
   seconds busy_{0}, waited_{0};  // this step's
+  seconds total_busy_{0};        // every operation's
   bool last_waited_ = true;       // the step's last operation was waited for in Work.wait()
   gsync::grad::running_stats totals_;
 };
