@@ -2,11 +2,18 @@
 // stating the memory-bandwidth bound of allreduce over TCP loopback.
 //
 //   gsync-membw [--size 64M] [--reps 10] [--json FILE]
+//   gsync-membw --handoff [--size 64K]
 //
 //   copy    memcpy(dst, src, size)                          2 streams: read size, write size
 //   reduce  c[i] = a[i] + b[i] over float32, size per array 3 streams: read 2 x size, write size
 //   cma     process_vm_readv(self, dst, src) in 1 MiB pieces 2 streams, and every page pinned:
 //           what shared memory's single copy costs per byte (transport/shm_single_copy.hpp)
+//
+// --handoff: the cross-core hand-off rate instead, the bound of any two-process exchange of freshly
+// written data (a shared-memory ring, or a copy of a buffer its owner just wrote): a thread on one
+// CPU writes SIZE bytes and raises a flag, a thread on another CPU reads them and answers, in turn;
+// rate = SIZE / (time of one turn), median of 5 batches. On the 2-vCPU VM of benchmarks/results it
+// moves between phases (about 3.7 or 8 GB/s at 64 KiB), which is why it is printed per run.
 //
 // Every buffer is written once before timing (so page faults are not measured); each kernel runs
 // --reps times and the best (shortest) run is reported. Two figures are printed per kernel:
@@ -15,10 +22,13 @@
 //   traffic  all bytes read and written per second (2 or 3 x size / time).
 // GB/s = 1e9 bytes per second, as in gsync-perf.
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -28,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -88,9 +99,74 @@ double best_of(int reps, F&& f) {
   return best;
 }
 
+/// Pins the calling thread to `cpu`; false where the affinity cannot be set.
+bool pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) == 0;
+}
+
+/// The hand-off rate (see the file comment) in GB/s; 0 when this process may run on one CPU only.
+double handoff_rate(std::size_t size) {
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return 0;
+  int cpus[2], found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus[found++] = c;
+  // Page-aligned buffers, and the flag on a line of its own, so that nothing but the data and the
+  // flag crosses between the two cores.
+  struct alignas(64) flag {
+    std::atomic<int> turn{0};
+  };
+  flag f;
+  std::vector<char> src(size, 1);
+  char* shared = static_cast<char*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096));
+  if (shared == nullptr) return 0;
+  std::memset(shared, 0, size);
+  // About 20 ms a batch at 8 GB/s.
+  const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{160} << 20) / size, 16, 100000));
+  constexpr int batches = 5;
+  long checksum = 0;
+  std::thread reader([&f, shared, size, iters, cpu = cpus[1], &checksum] {
+    pin_to(cpu);
+    long sum = 0;
+    for (int i = 0; i < (batches + 1) * iters; ++i) {
+      while (f.turn.load(std::memory_order_acquire) != 1) {
+      }
+      for (std::size_t j = 0; j + sizeof(long) <= size; j += sizeof(long)) {
+        long v;
+        std::memcpy(&v, shared + j, sizeof v);
+        sum += v;
+      }
+      f.turn.store(0, std::memory_order_release);
+    }
+    checksum = sum;
+  });
+  pin_to(cpus[0]);
+  std::vector<double> rates;
+  for (int b = 0; b < batches + 1; ++b) {  // the first batch warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      while (f.turn.load(std::memory_order_acquire) != 0) {
+      }
+      copy_bytes(shared, src.data(), size);
+      f.turn.store(1, std::memory_order_release);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (b > 0) rates.push_back(static_cast<double>(size) * iters / s / 1e9);
+  }
+  reader.join();
+  std::free(shared);
+  if (checksum == 0) return 0;  // the reader saw none of the bytes: not a measurement
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
 void usage(std::FILE* f) {
   std::fprintf(f,
                "usage: gsync-membw [--size SIZE] [--reps N] [--json FILE]\n"
+               "       gsync-membw --handoff [--size SIZE]   (cross-core hand-off rate; SIZE default 64K)\n"
                "  --size SIZE   bytes per buffer, K/M/G suffixes (default 64M)\n"
                "  --reps N      runs per kernel, the best is reported (default 10)\n"
                "  --json FILE   also write the results to FILE as JSON\n");
@@ -102,6 +178,7 @@ int main(int argc, char** argv) {
   std::size_t size = std::size_t{64} << 20;
   int reps = 10;
   std::string json_path;
+  bool handoff = false, size_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> std::string_view {
@@ -123,6 +200,9 @@ int main(int argc, char** argv) {
         return 2;
       }
       size = *s;
+      size_given = true;
+    } else if (a == "--handoff") {
+      handoff = true;
     } else if (a == "--reps") {
       const std::string v(value());
       char* end = nullptr;
@@ -138,6 +218,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gsync-membw: unknown option '%s' (see -h)\n", argv[i]);
       return 2;
     }
+  }
+
+  if (handoff) {
+    if (!size_given) size = std::size_t{64} << 10;
+    const double r = handoff_rate(size);
+    if (r == 0) {
+      std::printf("handoff %zu B: n/a (one CPU)\n", size);
+      return 0;
+    }
+    std::printf("handoff %zu B: %.2f GB/s\n", size, r);
+    return 0;
   }
 
   const std::size_t n = size / sizeof(float);
