@@ -512,7 +512,11 @@ TEST_CASE("links: link_list orders the link types, and a port drives the link it
   static_assert(list::index_of<shm_link> == 0 && list::index_of<tcp_link> == 1);
   static_assert(list::names[0] == "shm" && list::names[1] == "tcp");
   static_assert(list::waits[0] == gsync::link_wait::doorbell && list::waits[1] == gsync::link_wait::descriptor);
+#if GSYNC_HAVE_VERBS
+  static_assert(std::is_same_v<gsync::transport::tcp, gsync::transport::mesh<shm_link, gsync::transport::verbs_link, tcp_link>>);
+#else
   static_assert(std::is_same_v<gsync::transport::tcp, gsync::transport::mesh<shm_link, tcp_link>>);
+#endif
 
   // A port over one end of a TCP pair moves a frame to a port over the other end.
   tcp_pair t;

@@ -165,13 +165,15 @@ struct link_io {
   std::size_t bytes = 0;  ///< payload bytes taken (receiving) or bytes handed over (`pump`)
   bool done = false;      ///< `try_header`: the frame header is complete
   int err = 0;            ///< 0, `link_io::closed` (the peer closed its end), or an errno: the link is lost
+  const char* why = nullptr;  ///< with `err`: the link's own account of the loss, when it has one (kept by the link)
   static constexpr int closed = -1;  ///< `err` when the peer closed its end of the link
 };
 
 /// How a mesh waits for a link (`link_traits<L>::wait`).
 /// - `descriptor`: the link has a file descriptor, `l.fd()`, that poll(2) reports readable when
-///   data or a close arrives and writable when queued frames can move (TCP; an RDMA completion
-///   channel would be one too).
+///   data or a close arrives and writable when queued frames can move (TCP), or readable for both
+///   when `link_traits<L>::room_by_read` says so (an RDMA completion channel: the peer's notice
+///   of freed room arrives as a completion).
 /// - `doorbell`: the link lives in memory both ranks map; `l.ready()` says, without a system
 ///   call, whether the pending read can go on, the peer rings this rank's doorbell (its futex word,
 ///   transport/shm.hpp) when it writes or frees room, `l.peer_failed()` reads the peer's `failed`

@@ -170,6 +170,25 @@ GSYNC_DECL transport::host_options host_options_from_env(transport::host_options
     if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_CHECKSUM='" + *v + "' must be 0 (off, the default) or 1 (a CRC32C over every payload)");
     o.checksum = *v == "1";
   }
+  if (auto v = env("GSYNC_IB_DISABLE")) {
+    if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_IB_DISABLE='" + *v + "' must be 0 (verbs where a port can reach the peer, the default) or 1 (TCP between hosts)");
+    o.ib.enabled = *v == "0";
+  }
+  if (auto v = env("GSYNC_IB_HCA")) o.ib.hca = *v;  // its grammar is checked where it is used (verbs/hca_filter.hpp)
+  if (auto g = env_int("GSYNC_IB_GID_INDEX", 0, 255)) o.ib.gid_index = static_cast<int>(*g);
+  if (auto t = env_int("GSYNC_IB_TIMEOUT", 1, 31)) o.ib.timeout = static_cast<int>(*t);  // 4.096 us * 2^t per try
+  if (auto r = env_int("GSYNC_IB_RETRY_CNT", 0, 7)) o.ib.retry_cnt = static_cast<int>(*r);
+  if (auto b = env("GSYNC_IB_RING_BYTES")) {
+    auto v = parse_size(*b);
+    if (!v || !transport::ib_options::valid_ring_bytes(*v))
+      throw error(errc::invalid_argument, "GSYNC_IB_RING_BYTES='" + *b + "' is not a size between 64K and 1G, multiple of 64");
+    o.ib.ring_bytes = *v;
+  }
+  if (auto l = env("GSYNC_IBVERBS_LIB"); l && !l->empty()) o.ib.library = *l;
+  if (auto v = env("GSYNC_IB_INTRA")) {
+    if (*v != "0" && *v != "1") throw error(errc::invalid_argument, "GSYNC_IB_INTRA='" + *v + "' must be 0 (verbs only between hosts, the default) or 1");
+    o.ib.intra = *v == "1";
+  }
   if (auto l = env("GSYNC_LIVENESS_S")) {
     if (*l == "0") o.liveness_ms = 0;
     else if (auto x = parse_positive(*l); x && *x >= 1 && *x <= 86400) o.liveness_ms = static_cast<int>(*x * 1000);

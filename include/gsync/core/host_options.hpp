@@ -13,6 +13,23 @@
 
 namespace gsync::transport {
 
+/// Settings of the InfiniBand / RoCE verbs link (transport/links/verbs_link.hpp), used between
+/// ranks on different hosts whose ports can reach each other.
+struct ib_options {
+  bool enabled = true;            ///< GSYNC_IB_DISABLE=1 turns verbs off (TCP between hosts)
+  std::string hca;                ///< devices and ports to use, NCCL's grammar (GSYNC_IB_HCA; empty: all)
+  int gid_index = -1;             ///< source GID index (GSYNC_IB_GID_INDEX; -1: a RoCE v2 IPv4 GID, else the first)
+  int timeout = 18;               ///< ACK timeout exponent: 4.096 us * 2^timeout per try (GSYNC_IB_TIMEOUT, 1..31)
+  int retry_cnt = 7;              ///< retries of an unacknowledged write (GSYNC_IB_RETRY_CNT, 0..7)
+  std::size_t ring_bytes = 1 << 20;  ///< bytes of the ring each side keeps per peer (GSYNC_IB_RING_BYTES; 64 KiB..1 GiB, a multiple of 64)
+  std::string library = "libibverbs.so.1";  ///< the library loaded at run time (GSYNC_IBVERBS_LIB)
+  /// Use verbs between ranks of one host too (GSYNC_IB_INTRA=1; shared memory, when on, still
+  /// comes first in the default mesh): for testing one machine's adapter.
+  bool intra = false;
+  /// A ring size the link accepts.
+  static constexpr bool valid_ring_bytes(std::size_t b) noexcept { return b >= (64 << 10) && b <= (std::size_t{1} << 30) && b % 64 == 0; }
+};
+
 /// Tunables of the host transport (shared memory and TCP).
 struct host_options {
   int socket_buffer_bytes = 4 << 20;          ///< SO_SNDBUF / SO_RCVBUF of data sockets (GSYNC_SOCKET_BUFFER)
@@ -80,6 +97,8 @@ struct host_options {
   /// Network interface whose address this rank listens on and advertises (GSYNC_SOCKET_IFNAME);
   /// empty: the address of the route to the store (bootstrap/interface.hpp).
   std::string socket_ifname;
+  /// The verbs link's settings (GSYNC_IB_*).
+  ib_options ib;
 };
 
 /// The name of `host_options` before issue 52, kept for programs that use it.

@@ -21,3 +21,15 @@
 #else
 #define GSYNC_DECL inline
 #endif
+
+/// `GSYNC_HAVE_VERBS`: 1 when the InfiniBand / RoCE verbs link is built (libibverbs' headers are
+/// found and the program does not define GSYNC_NO_VERBS), else 0. A program may define it itself;
+/// the separate-compilation library states the value it was built with (CMake's gsync::compiled),
+/// as the transport's type depends on it.
+#if !defined(GSYNC_HAVE_VERBS)
+#if defined(GSYNC_NO_VERBS) || !__has_include(<infiniband/verbs.h>)
+#define GSYNC_HAVE_VERBS 0
+#else
+#define GSYNC_HAVE_VERBS 1
+#endif
+#endif

@@ -67,7 +67,8 @@ class mesh_view {
 
   int rank() const noexcept { return rank_; }  ///< this rank
   int size() const noexcept { return size_; }  ///< ranks of this view
-  /// Transport name for logs: "tcp", "shm" (every peer on this host) or "shm+tcp".
+  /// Transport name for logs: the media in use, shared memory first: "tcp", "shm" (every peer on
+  /// this host), "shm+tcp", "shm+verbs+tcp", ...
   std::string_view name() const noexcept { return name_; }
   /// What the links between ranks of one host cost (`costed_transport`), the same on every rank:
   /// the shared-memory link's model where shared memory carries same-host pairs, the TCP link's
@@ -79,6 +80,9 @@ class mesh_view {
   GSYNC_DECL int local_size() const noexcept;
   /// True when `peer` is reached through shared memory.
   GSYNC_DECL bool is_shm_peer(int peer) const noexcept;
+  /// The medium that carries `peer`'s data ("shm", "verbs", "tcp", or an outside link's name;
+  /// "" for this rank or a rank out of range).
+  GSYNC_DECL std::string_view link_name(int peer) const noexcept;
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   GSYNC_DECL bool shm_asymmetric_fences() const noexcept;
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had

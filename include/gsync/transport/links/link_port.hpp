@@ -30,8 +30,8 @@ class link_waiter {
  public:
   /// Waits until the link may have more (`expect`: payload bytes still to come, when known).
   virtual void wait(std::size_t expect) = 0;
-  /// The link failed (`link_io::err`): throws.
-  [[noreturn]] virtual void lost(int err) = 0;
+  /// The link failed (`link_io::err`, and its account `why` when it gave one): throws.
+  [[noreturn]] virtual void lost(int err, const char* why) = 0;
   /// `h`, read whole off `l` with `got` payload bytes at `have`, belongs to another communicator
   /// than the reader's: sets it aside for its owner.
   virtual void aside(link_port& l, const frame_header& h, const std::byte* have, std::size_t got) = 0;
@@ -39,6 +39,15 @@ class link_waiter {
  protected:
   ~link_waiter() = default;
 };
+
+/// Whether link type L's descriptor reports room for queued frames by turning readable rather than
+/// writable (`link_traits<L>::room_by_read`, false where the traits do not say): an RDMA
+/// completion channel, where the peer's notice of freed room arrives as a completion.
+template <class L>
+inline constexpr bool link_room_by_read = [] {
+  if constexpr (requires { link_traits<L>::room_by_read; }) return bool(link_traits<L>::room_by_read);
+  else return false;
+}();
 
 /// Identity of a link type, without RTTI: `&link_key<L>` differs for every L.
 template <class L>
@@ -54,6 +63,7 @@ class link_port {
   const link_wait wait;             ///< `link_traits<L>::wait`
   const bool reads_in_place;        ///< `link_traits<L>::reads_in_place`
   const std::size_t payload_align;  ///< `link_traits<L>::payload_align`
+  const bool room_by_read;          ///< `link_room_by_read<L>`: its descriptor turns readable, not writable, when queued frames can move
   std::deque<send_op>& q;           ///< the link's queue of frames not yet handed over
 
   virtual ~link_port() = default;
@@ -98,8 +108,8 @@ class link_port {
 
  protected:
   link_port(std::size_t type_, std::string_view name_, link_costs costs_, link_wait wait_, bool in_place, std::size_t align,
-            std::deque<send_op>& q_)
-      : type(type_), name(name_), costs(costs_), wait(wait_), reads_in_place(in_place), payload_align(align), q(q_) {}
+            bool by_read, std::deque<send_op>& q_)
+      : type(type_), name(name_), costs(costs_), wait(wait_), reads_in_place(in_place), payload_align(align), room_by_read(by_read), q(q_) {}
   virtual void* typed(const void* key) noexcept = 0;
 };
 
@@ -112,7 +122,7 @@ class link_port_of final : public link_port {
   /// A port owning a link (connected by its endpoint afterwards, through `link()`).
   explicit link_port_of(std::size_t type) : link_port_of(type, std::make_unique<L>()) {}
   /// A port driving `l`, which the caller owns and keeps at its address while the port lives.
-  link_port_of(std::size_t type, L& l) : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, l.q), l_(&l) {}
+  link_port_of(std::size_t type, L& l) : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, link_room_by_read<L>, l.q), l_(&l) {}
 
   L& link() noexcept { return *l_; }
 
@@ -150,7 +160,7 @@ class link_port_of final : public link_port {
         }
         return io.bytes;
       }
-      if (io.err) w.lost(io.err);
+      if (io.err) w.lost(io.err, io.why);
       w.wait(n);
     }
   }
@@ -163,7 +173,7 @@ class link_port_of final : public link_port {
         got += io.bytes;
         continue;
       }
-      if (io.err) w.lost(io.err);
+      if (io.err) w.lost(io.err, io.why);
       w.wait(n - got);
     }
     l_->end_read();
@@ -171,7 +181,7 @@ class link_port_of final : public link_port {
 
  private:
   link_port_of(std::size_t type, std::unique_ptr<L> own)
-      : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, own->q), own_(std::move(own)), l_(own_.get()) {}
+      : link_port(type, L::name, traits::costs, traits::wait, traits::reads_in_place, traits::payload_align, link_room_by_read<L>, own->q), own_(std::move(own)), l_(own_.get()) {}
   void* typed(const void* key) noexcept override { return key == &link_key<L> ? l_ : nullptr; }
 
   std::unique_ptr<L> own_;  // the link, when the port owns it

@@ -106,6 +106,7 @@ class host_mesh {
   const topology& topo() const noexcept { return topo_; }
   /// True when `peer` is reached through shared memory.
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->costs.shared_memory; }
+  std::string_view link_name(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->name; }
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
@@ -243,7 +244,7 @@ class host_mesh {
     message_id id;
     port_waiter(host_mesh& m_, int peer_, deadline dl_, message_id id_) : m(m_), peer(peer_), dl(dl_), id(id_) {}
     void wait(std::size_t expect) override { m.wait_progress(peer, dl, id, expect); }
-    [[noreturn]] void lost(int err) override { m.lost_while_receiving(peer, id, err); }
+    [[noreturn]] void lost(int err, const char* why) override { m.lost_while_receiving(peer, id, err, why); }
     void aside(link_port& l, const frame_header& h, const std::byte* have, std::size_t got) override { m.set_aside(peer, l, h, have, got, dl, id); }
   };
   bool pump_peer(int peer);
@@ -260,7 +261,7 @@ class host_mesh {
   frame_header recv_staged(int peer, link_port& l, message_id id, std::size_t n, std::size_t align,
                            detail::function_ref<void(std::span<const std::byte>)>& consume, deadline dl, std::byte* stage);
   void verify_checksum(int peer, link_port& l, const frame_header& data, std::uint32_t crc, deadline dl, message_id id);
-  [[noreturn]] void lost_while_receiving(int peer, message_id id, int err);
+  [[noreturn]] void lost_while_receiving(int peer, message_id id, int err, const char* why = nullptr);
   // The endpoint that holds this rank's doorbell (where waits on doorbell links sleep), else null.
   doorbell_owner* bell_owner() const noexcept { return bell_owner_; }
 

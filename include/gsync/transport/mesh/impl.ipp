@@ -11,6 +11,7 @@
 #include "gsync/transport/links/shm_endpoint.hpp"
 #include "gsync/transport/links/shm_link.hpp"
 #include "gsync/transport/links/tcp_link.hpp"
+#include "gsync/transport/links/verbs_endpoint.hpp"
 #include "gsync/transport/mesh/any_source.ipp"
 #include "gsync/transport/mesh/connect.ipp"
 #include "gsync/transport/mesh/data_path.ipp"
@@ -28,7 +29,11 @@
 namespace gsync::transport {
 
 #if defined(GSYNC_SEPARATE_COMPILATION)
+#if GSYNC_HAVE_VERBS
+template std::unique_ptr<link_kit> make_link_kit<shm_link, verbs_link, tcp_link>();  // declared extern in transport/tcp.hpp
+#else
 template std::unique_ptr<link_kit> make_link_kit<shm_link, tcp_link>();  // declared extern in transport/tcp.hpp
+#endif
 #endif
 
 GSYNC_DECL mesh_view::mesh_view(const bootstrap::launch_info& li, std::chrono::milliseconds timeout, logger log, kit_maker make)
@@ -85,6 +90,10 @@ GSYNC_DECL int mesh_view::local_size() const noexcept {
 GSYNC_DECL bool mesh_view::is_shm_peer(int peer) const noexcept {
   if (peer < 0 || peer >= size_) return false;
   return m_->is_shm_peer(job_rank(peer));
+}
+GSYNC_DECL std::string_view mesh_view::link_name(int peer) const noexcept {
+  if (peer < 0 || peer >= size_ || peer == rank_) return {};
+  return m_->link_name(job_rank(peer));
 }
 GSYNC_DECL bool mesh_view::shm_asymmetric_fences() const noexcept { return m_->shm_asymmetric_fences(); }
 GSYNC_DECL std::uint64_t mesh_view::shm_late_wakeups() const noexcept { return m_->shm_late_wakeups(); }

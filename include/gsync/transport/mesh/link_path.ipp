@@ -21,7 +21,7 @@ inline bool host_mesh::pump_link(int peer, link_port& l) {
   if (l.by_doorbell()) bell_queued_ -= done;
   if (io.err) [[unlikely]]
     lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while sending (" +
-                   (io.err == link_io::closed ? std::string("closed") : detail::errno_text(io.err)) +
+                   (io.err == link_io::closed ? std::string("closed") : io.why ? std::string(io.why) : detail::errno_text(io.err)) +
                    "): the peer exited or crashed");
   return io.bytes != 0;
 }
@@ -85,7 +85,7 @@ inline std::size_t host_mesh::take_some(int peer, link_port& l, std::byte* dst, 
   for (;;) {
     const link_io io = l.try_payload(dst, n, 1, nullptr);
     if (io.bytes) return io.bytes;
-    if (io.err) lost_while_receiving(peer, id, io.err);
+    if (io.err) lost_while_receiving(peer, id, io.err, io.why);
     wait_progress(peer, dl, id, n);
   }
 }
@@ -140,12 +140,12 @@ inline void host_mesh::verify_checksum(int peer, link_port& l, const frame_heade
                             " link " + records_.where(peer) + " -> " + records_.where(rank_) + ": the data was altered on its way");
 }
 
-[[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err) {
+[[noreturn]] inline void host_mesh::lost_while_receiving(int peer, message_id id, int err, const char* why) {
   if (err == link_io::closed)
     lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
                    " closed its connection (it exited, crashed or failed) during " + gsync::detail::op_label(id.seq), peer);
   lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while receiving (" +
-                 detail::errno_text(err) + ")");
+                 (why ? std::string(why) : detail::errno_text(err)) + ")");
 }
 
 }  // namespace gsync::transport

@@ -81,7 +81,7 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
       continue;  // the dialers' (serve_dialers below)
     } else if (i >= watch_from) {
       if (ev & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(who, id);
-    } else if ((ev & (POLLOUT | POLLERR | POLLHUP)) && !peers_[who].q().empty()) {
+    } else if ((ev & (POLLOUT | POLLERR | POLLHUP | (data_link(who).room_by_read ? POLLIN : 0))) && !peers_[who].q().empty()) {
       pump_peer(who);
     }
   }
@@ -106,8 +106,9 @@ inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
   if (in_peer >= 0) ps.add(data_fd(in_peer), POLLIN, in_peer);
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].by_doorbell() && !peers_[p].q().empty() && !unconnected(p)) {  // unconnected: its frames wait for it to dial
-      if (p == in_peer) ps.fds[0].events |= POLLOUT;
-      else ps.add(data_fd(p), POLLOUT, p);
+      const short room = data_link(p).room_by_read ? POLLIN : POLLOUT;  // a completion channel: room comes as a completion
+      if (p == in_peer) ps.fds[0].events |= room;
+      else ps.add(data_fd(p), room, p);
     }
 }
 

@@ -1,0 +1,423 @@
+#pragma once
+/// \file
+/// The InfiniBand / RoCE verbs link type: one RC queue pair between two ranks on different hosts.
+/// Each side owns a registered ring (GSYNC_IB_RING_BYTES) that only its peer writes: a frame
+/// (the same 48-byte header as TCP and shared memory, then the payload) goes as RDMA writes with
+/// immediate into the peer's ring, from a registered mirror of it on the sending side, at the
+/// next 64-byte boundary, as a byte stream (a frame larger than the free room goes in pieces).
+/// The immediate (network byte order) says how many ring bytes the write advances; the receiver
+/// reads frames where they lie (a reduction reads them in place) and tells the sender what it has
+/// freed, and how many receive requests it has posted again, in a zero-length write with
+/// immediate of its own (a *notice*). So the sender never overruns the ring or the posted
+/// receives (no receive-not-ready storms), nothing is queued without bound, and every arrival,
+/// data or notice, is a completion on the link's own completion queue, whose channel's
+/// descriptor the mesh polls like a socket.
+/// Liveness and failure notices stay on the pair's TCP connection (the mesh's); a completion in
+/// error loses the link with the status and vendor code named (`link_io::why`).
+/// Set-up (device, queue pair, the exchange through the store): verbs_endpoint.hpp.
+
+#include "gsync/verbs/resources.hpp"
+
+#if GSYNC_HAVE_VERBS
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "gsync/core/concepts.hpp"
+#include "gsync/core/cost_model.hpp"
+#include "gsync/detail/function_ref.hpp"
+#include "gsync/transport/frame.hpp"
+
+namespace gsync::transport {
+
+/// One RC queue pair to a peer (see the file comment). Made by its endpoint (`open`, then
+/// `connect` once both sides published their addresses); movable until opened.
+class verbs_link {
+ public:
+  using frame = frame_header;
+  static constexpr std::string_view name = "verbs";
+  /// Frames posted and not yet wholly written into the peer's ring.
+  std::deque<send_op> q;
+
+  verbs_link() = default;
+  verbs_link(verbs_link&&) = default;
+  verbs_link& operator=(verbs_link&&) = default;
+  ~verbs_link() { close(); }
+
+  /// Creates the queue pair, the ring the peer writes and its mirror here (`ring_bytes`, a
+  /// multiple of 64), and posts the receive requests.
+  /// The link shares the device (it is closed after its last link).
+  void open(std::shared_ptr<const verbs::device> d, const verbs::qp_settings& s, std::size_t ring_bytes) {
+    qp_ = verbs::queue_pair(*d, s);
+    ring_ = verbs::registered(*d, ring_bytes, /*remote_write=*/true);
+    mirror_ = verbs::registered(*d, ring_bytes, /*remote_write=*/false);
+    lib_ = &d->lib();
+    port_ = d->port().name();
+    dev_ = std::move(d);
+    for (int i = 0; i < s.recv_depth; ++i) post_recv();
+    reposted_ = 0;
+  }
+  /// This side's address for the peer (queue pair, ring, receive depth).
+  verbs::qp_address address(std::uint32_t psn) const {
+    verbs::qp_address a = qp_.address(psn);
+    a.ring_addr = ring_.addr();
+    a.ring_rkey = ring_.rkey();
+    a.ring_bytes = static_cast<std::uint32_t>(ring_.size());
+    return a;
+  }
+  /// Connects to `peer` (rank `peer_rank`, for messages): RTR then RTS.
+  void connect(const verbs::qp_address& peer, std::uint32_t my_psn, int peer_rank) {
+    if (peer.ring_bytes != ring_.size())
+      throw error(errc::mismatch, "verbs: rank " + std::to_string(peer_rank) + " has a ring of " + std::to_string(peer.ring_bytes) +
+                                      " bytes, this rank " + std::to_string(ring_.size()) + " (GSYNC_IB_RING_BYTES must agree)");
+    qp_.connect(peer, my_psn);
+    peer_ring_ = peer.ring_addr;
+    peer_rkey_ = peer.ring_rkey;
+    peer_depth_ = peer.recv_depth;
+    peer_rank_ = peer_rank;
+  }
+  /// True once connected and not closed.
+  bool connected() const noexcept { return peer_ring_ != 0; }
+  /// The completion channel's descriptor, for the mesh's poll(2).
+  int fd() const noexcept { return qp_.fd(); }
+  /// The queue pair (the endpoint matches asynchronous events to it).
+  const verbs::queue_pair& queue() const noexcept { return qp_; }
+  /// Marks the link lost by an event seen elsewhere (a fatal asynchronous event).
+  void mark_failed(std::string why) {
+    if (why_.empty()) why_ = std::move(why);
+  }
+
+  /// Posts a frame: queued; `pump` writes it.
+  void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
+  /// Writes the frame at once when nothing is queued and the peer's ring has room for all of it.
+  bool post_direct(const frame_header& h, const std::byte* p, std::size_t n) {
+    if (!q.empty() || !why_.empty() || !connected()) return false;
+    poll();
+    // Whole or not at all: at most two writes (one at the ring's end), and a notice's slot kept.
+    if (room() < frame_bytes(n) || !imm_budget(3) || !send_budget(3)) return false;
+    send_op op{h, p, n, 0};
+    write_some(op);
+    return true;
+  }
+
+  /// Writes as much of the queue into the peer's ring as it has room for; adds the frames whose
+  /// bytes are all written to `completed` (the caller's buffers are free then: the bytes are in
+  /// the mirror). `err` with `why` once the link is lost.
+  link_io pump(std::size_t& completed) {
+    link_io io;
+    poll();
+    if (!why_.empty()) return lost(io);
+    while (!q.empty() && connected()) {
+      send_op& op = q.front();
+      const std::size_t before = op.done;
+      if (!write_some(op)) break;
+      io.bytes += op.done - before;
+      if (op.done != sizeof(frame_header) + op.n) break;
+      q.pop_front();
+      ++completed;
+    }
+    arm_if_idle();
+    return io;
+  }
+
+  /// Takes the next frame's header once it has arrived whole, and up to `n` payload bytes that
+  /// came with it into `dst`.
+  link_io try_header(frame_header& h, std::byte* dst, std::size_t n) {
+    link_io io;
+    poll();
+    if (arrived_ - read_ < sizeof h) {
+      if (!why_.empty()) return lost(io);
+      arm_if_idle();
+      return io;
+    }
+    copy_out(reinterpret_cast<std::byte*>(&h), sizeof h);
+    io.done = true;
+    const std::size_t k = std::min<std::size_t>({n, static_cast<std::size_t>(arrived_ - read_), static_cast<std::size_t>(h.bytes)});
+    if (k) copy_out(dst, k);
+    io.bytes = k;
+    return io;
+  }
+  /// Takes what has arrived of the payload, up to `want`: copied to `dst`, or handed to `*consume`
+  /// where it lies, in pieces that are multiples of `align`.
+  link_io try_payload(std::byte* dst, std::size_t want, std::size_t align, detail::function_ref<void(std::span<const std::byte>)>* consume) {
+    link_io io;
+    if (want == 0) return io;
+    poll();
+    std::size_t avail = std::min<std::size_t>(want, static_cast<std::size_t>(arrived_ - read_));
+    if (consume) avail -= avail % std::max<std::size_t>(align, 1);
+    if (avail == 0) {
+      if (!why_.empty()) return lost(io);
+      arm_if_idle();
+      return io;
+    }
+    if (!consume) {
+      copy_out(dst, avail);
+    } else {
+      std::size_t left = avail;
+      while (left) {
+        const std::size_t at = static_cast<std::size_t>(read_ % ring_.size());
+        const std::size_t run = std::min(left, ring_.size() - at);
+        const std::size_t whole = run - run % align;
+        if (whole) {
+          (*consume)(std::span<const std::byte>(ring_.data() + at, whole));
+          read_ += whole, left -= whole;
+        } else {  // an element across the ring's end (align > 16): through a bounce buffer
+          std::byte b[256];
+          copy_out(b, align);
+          (*consume)(std::span<const std::byte>(b, align));
+          left -= align;
+        }
+      }
+    }
+    io.bytes = avail;
+    return io;
+  }
+  /// Ends a frame: skips to the next 64-byte boundary and tells the peer what it freed when due.
+  void end_read() {
+    read_ = (read_ + 63) & ~std::uint64_t{63};
+    notice_if_due();
+  }
+  /// Copies the next frame's header when it has arrived whole, without taking it.
+  bool peek_header(frame_header& h) const {
+    const_cast<verbs_link*>(this)->poll();
+    if (arrived_ - read_ < sizeof h) return false;
+    copy_at(read_, reinterpret_cast<std::byte*>(&h), sizeof h);
+    return true;
+  }
+  /// True once the queue pair failed (a completion in error, a fatal event).
+  bool peer_gone() const noexcept { return !why_.empty(); }
+  /// Destroys the queue pair and frees the rings.
+  void close() noexcept {
+    qp_ = verbs::queue_pair{};
+    ring_ = verbs::registered{};
+    mirror_ = verbs::registered{};
+    peer_ring_ = 0;
+    dev_.reset();
+  }
+
+  /// Sends and receives counted so far (tests and reports).
+  struct counts {
+    std::uint64_t data_writes = 0, notices = 0, ring_bytes = 0;
+  };
+  counts sent() const noexcept { return {data_writes_, notices_, sent_}; }
+
+ private:
+  static constexpr std::uint32_t notice_bit = 0x80000000u;
+  static constexpr std::uint32_t repost_bits = 11;  // a notice's reposted receives (the rest: 64-byte units freed)
+  static std::uint64_t align64(std::uint64_t v) noexcept { return (v + 63) & ~std::uint64_t{63}; }
+  static std::size_t frame_bytes(std::size_t n) noexcept { return static_cast<std::size_t>(align64(sizeof(frame_header) + n)); }
+
+  // Free bytes of the peer's ring, as its last notice says.
+  std::size_t room() const noexcept { return ring_.size() - static_cast<std::size_t>(sent_ - freed_); }
+  // True when `k` more writes with immediate keep within the receive requests the peer has posted.
+  bool imm_budget(std::uint64_t k) const noexcept { return imm_posted_ + k - peer_reposted_ <= peer_depth_; }
+  // True when `k` more send requests fit in the send queue.
+  bool send_budget(std::uint64_t k) const noexcept {
+    return send_posted_ + k - send_done_ <= static_cast<std::uint64_t>(qp_.settings().send_depth);
+  }
+
+  // Writes what the peer's ring has room for of `op` (from op.done on), at most up to the ring's
+  // end per write. The last write of a frame also counts the padding to the next 64-byte boundary.
+  // False when nothing could be written.
+  bool write_some(send_op& op) {
+    const std::size_t total = sizeof(frame_header) + op.n;
+    bool any = false;
+    while (op.done < total) {
+      if (!imm_budget(2) || !send_budget(2)) break;  // room for a notice of our own after it
+      const std::size_t at = static_cast<std::size_t>(sent_ % ring_.size());
+      const std::size_t last = total - op.done;
+      const std::size_t pad = static_cast<std::size_t>(align64(sent_ + last) - (sent_ + last));
+      std::size_t len = std::min(last, ring_.size() - at);
+      std::size_t fits = room();
+      if (len == last && fits < len + pad) len = std::min(len, fits >= pad ? fits - pad : 0);  // the pad must fit with the end
+      len = std::min(len, fits);
+      if (len == 0) break;
+      // Into the mirror: header bytes, then payload bytes.
+      std::size_t k = 0;
+      if (op.done < sizeof(frame_header)) {
+        const std::size_t hk = std::min(len, sizeof(frame_header) - op.done);
+        std::memcpy(mirror_.data() + at, reinterpret_cast<const std::byte*>(&op.h) + op.done, hk);
+        k = hk;
+      }
+      if (k < len) std::memcpy(mirror_.data() + at + k, op.p + (op.done + k - sizeof(frame_header)), len - k);
+      const bool ends = op.done + len == total;
+      const std::uint32_t adv = static_cast<std::uint32_t>(len + (ends ? pad : 0));
+      post_write(mirror_.data() + at, len, peer_ring_ + at, adv);
+      op.done += len;
+      sent_ += adv;
+      ++data_writes_;
+      any = true;
+    }
+    return any;
+  }
+
+  // One RDMA write with immediate `imm` (host order here, network order on the wire) of `len`
+  // bytes from the mirror at `src` to the peer's ring at `dst`.
+  void post_write(const std::byte* src, std::size_t len, std::uint64_t dst, std::uint32_t imm) {
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<std::uintptr_t>(src);
+    sge.length = static_cast<std::uint32_t>(len);
+    sge.lkey = mirror_.lkey();
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    const std::uint64_t seq = ++send_posted_;
+    wr.wr_id = seq;
+    wr.sg_list = len ? &sge : nullptr;
+    wr.num_sge = len ? 1 : 0;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(imm);
+    wr.wr.rdma.remote_addr = dst;
+    wr.wr.rdma.rkey = peer_rkey_;
+    // Signal one request in a quarter of the send queue: its completion frees those before it.
+    const int every = std::max(1, qp_.settings().send_depth / 4);
+    if (seq % static_cast<std::uint64_t>(every) == 0) wr.send_flags |= IBV_SEND_SIGNALED;
+    if (len && len <= static_cast<std::size_t>(qp_.settings().max_inline)) wr.send_flags |= IBV_SEND_INLINE;
+    ++imm_posted_;
+    if (const int e = ibv_post_send(qp_.qp(), &wr, &bad)) fail("ibv_post_send: " + std::string(std::strerror(e)));
+  }
+
+  // A notice to the peer: ring bytes freed and receive requests posted again since the last one.
+  void notice_if_due() {
+    if (!why_.empty() || !connected()) return;
+    const std::uint64_t freed = read_ - noticed_read_, reposts = reposted_ - noticed_reposts_;
+    const bool due = freed >= ring_.size() / 4 || (read_ == arrived_ && freed > 0) ||
+                     reposts >= static_cast<std::uint64_t>(qp_.settings().recv_depth) / 4;
+    if (!due || !imm_budget(1) || !send_budget(1)) return;
+    const std::uint64_t units = std::min<std::uint64_t>(freed / 64, (std::uint64_t{1} << (31 - repost_bits)) - 1);
+    const std::uint64_t r = std::min<std::uint64_t>(reposts, (std::uint64_t{1} << repost_bits) - 1);
+    post_write_zero(notice_bit | static_cast<std::uint32_t>(units << repost_bits) | static_cast<std::uint32_t>(r));
+    noticed_read_ += units * 64;
+    noticed_reposts_ += r;
+    ++notices_;
+  }
+  void post_write_zero(std::uint32_t imm) { post_write(mirror_.data(), 0, peer_ring_, imm); }
+
+  void post_recv() {
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = 0;
+    wr.num_sge = 0;  // writes with immediate land in the ring; the request only takes the immediate
+    if (const int e = ibv_post_recv(qp_.qp(), &wr, &bad)) fail("ibv_post_recv: " + std::string(std::strerror(e)));
+    ++reposted_;
+  }
+
+  // Takes every completion there is: arrivals (data: ring bytes; notices: room and receives the
+  // peer freed), and the send queue's signaled completions.
+  void poll() {
+    if (!qp_.cq()) return;
+    if ((++polls_ & 255) == 0) watch_device();
+    if (armed_ && qp_.take_events()) armed_ = false;
+    ibv_wc wc[16];
+    for (;;) {
+      const int n = ibv_poll_cq(qp_.cq(), 16, wc);
+      if (n < 0) {
+        fail("ibv_poll_cq failed");
+        return;
+      }
+      for (int i = 0; i < n; ++i) take(wc[i]);
+      if (n < 16) break;
+    }
+    notice_if_due();
+  }
+  void take(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (why_.empty())
+        fail("a " + std::string(wc.wr_id == 0 ? "receive from" : "write to") + " rank " + std::to_string(peer_rank_) + " failed: " +
+             verbs::wc_status_text(*lib_, wc.status) + " (vendor error 0x" + hex(wc.vendor_err) + ") on " + port_);
+      return;
+    }
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      const std::uint32_t imm = ntohl(wc.imm_data);
+      if (imm & notice_bit) {
+        freed_ += static_cast<std::uint64_t>((imm & ~notice_bit) >> repost_bits) * 64;
+        peer_reposted_ += imm & ((1u << repost_bits) - 1);
+      } else {
+        arrived_ += imm;
+      }
+      post_recv();
+    } else if (wc.opcode == IBV_WC_RDMA_WRITE) {
+      send_done_ = std::max<std::uint64_t>(send_done_, wc.wr_id);
+    }
+  }
+
+  // Before the mesh sleeps on the descriptor: asks for an event on the next completion, then looks
+  // once more (one that came before the request raises no event).
+  void arm_if_idle() {
+    if (armed_ || !qp_.cq() || !why_.empty()) return;
+    watch_device();
+    if (!why_.empty()) return;
+    if (ibv_req_notify_cq(qp_.cq(), 0) != 0) return fail("ibv_req_notify_cq failed");
+    armed_ = true;
+    ibv_wc wc[16];
+    const int n = ibv_poll_cq(qp_.cq(), 16, wc);
+    for (int i = 0; i < n; ++i) take(wc[i]);
+  }
+
+  // The device's asynchronous events: a fatal one for the device, its port or this queue pair
+  // loses the link (a completion in error usually says so first).
+  void watch_device() {
+    if (!dev_ || !why_.empty()) return;
+    dev_->watch();
+    if (std::string t = dev_->failed(qp_.qpn()); !t.empty()) fail(t + " (link to rank " + std::to_string(peer_rank_) + ")");
+  }
+
+  // Copies `n` bytes from the ring at the read position (across its end) and advances it.
+  void copy_out(std::byte* dst, std::size_t n) {
+    copy_at(read_, dst, n);
+    read_ += n;
+  }
+  void copy_at(std::uint64_t pos, std::byte* dst, std::size_t n) const {
+    const std::size_t at = static_cast<std::size_t>(pos % ring_.size());
+    const std::size_t first = std::min(n, ring_.size() - at);
+    std::memcpy(dst, ring_.data() + at, first);
+    if (first < n) std::memcpy(dst + first, ring_.data(), n - first);
+  }
+
+  void fail(std::string why) {
+    if (why_.empty()) why_ = "verbs: " + std::move(why);
+  }
+  link_io lost(link_io io) const {
+    io.err = EIO;
+    io.why = why_.c_str();
+    return io;
+  }
+  static std::string hex(std::uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%x", v);
+    return b;
+  }
+
+  std::shared_ptr<const verbs::device> dev_;
+  const verbs::library* lib_ = nullptr;
+  std::string port_;           // "mlx5_0:1", for messages
+  verbs::queue_pair qp_;
+  verbs::registered ring_;     // the peer writes here
+  verbs::registered mirror_;   // what this side writes into the peer's ring, staged
+  std::uint64_t peer_ring_ = 0;
+  std::uint32_t peer_rkey_ = 0;
+  std::uint64_t peer_depth_ = 0;
+  int peer_rank_ = -1;
+  // Sending: ring bytes written (`sent_`) and freed by the peer; writes with immediate posted and
+  // receives the peer has posted again; send requests posted and completed.
+  std::uint64_t sent_ = 0, freed_ = 0, imm_posted_ = 0, peer_reposted_ = 0, send_posted_ = 0, send_done_ = 0;
+  // Receiving: ring bytes arrived and read; receives posted again; what the last notice covered.
+  std::uint64_t arrived_ = 0, read_ = 0, reposted_ = 0, noticed_read_ = 0, noticed_reposts_ = 0;
+  std::uint64_t data_writes_ = 0, notices_ = 0;
+  bool armed_ = false;
+  std::uint32_t polls_ = 0;  // the device's events are looked at every 256 polls
+  std::string why_;  // why the link is lost ("" while it works)
+};
+
+}  // namespace gsync::transport
+
+#endif  // GSYNC_HAVE_VERBS
