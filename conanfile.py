@@ -1,7 +1,8 @@
 """Conan 2 recipe of gsync, a header-only library: `conan create . -o gsync/*:mpi=True`.
 
 The version is read from include/gsync/version.hpp. Options `cuda` and `mpi` add the components
-gsync::cuda and gsync::mpi (the same optional parts as CMake's GSYNC_WITH_CUDA / GSYNC_WITH_MPI).
+gsync::cuda and gsync::mpi (the same optional parts as CMake's GSYNC_WITH_CUDA / GSYNC_WITH_MPI);
+`verbs` (GSYNC_WITH_VERBS) builds the InfiniBand / RoCE link against rdma-core's headers.
 """
 import os
 import re
@@ -20,8 +21,8 @@ class GsyncConan(ConanFile):
     description = "Header-only C++20 collectives for gradient synchronization over TCP and shared memory"
     topics = ("collectives", "allreduce", "distributed-training", "header-only")
     settings = "os", "arch", "compiler", "build_type"
-    options = {"cuda": [True, False], "mpi": [True, False]}
-    default_options = {"cuda": False, "mpi": False}
+    options = {"cuda": [True, False], "mpi": [True, False], "verbs": [True, False]}
+    default_options = {"cuda": False, "mpi": False, "verbs": False}
     exports_sources = "include/*", "README.md"
     no_copy_source = True
 
@@ -37,6 +38,8 @@ class GsyncConan(ConanFile):
         self.requires("openssl/[>=3 <4]")
         if self.options.mpi:
             self.requires("openmpi/[>=4.1 <6]")
+        if self.options.verbs:
+            self.requires("rdma-core/[>=44]")  # headers; libibverbs is loaded at run time
 
     def validate(self):
         check_min_cppstd(self, 20)
@@ -59,7 +62,9 @@ class GsyncConan(ConanFile):
         core.bindirs = []
         core.libdirs = []
         core.defines = ["ASIO_STANDALONE", "ASIO_NO_DEPRECATED", "GSYNC_HAVE_OPENSSL=1"]
-        core.requires = ["asio::asio", "openssl::crypto"]
+        if not self.options.verbs:
+            core.defines.append("GSYNC_NO_VERBS=1")  # verbs off even where the consumer has libibverbs' headers
+        core.requires = ["asio::asio", "openssl::crypto"] + (["rdma-core::rdma-core"] if self.options.verbs else [])
         if self.settings.os in ("Linux", "FreeBSD"):
             core.system_libs = ["pthread"]
         if self.options.mpi:

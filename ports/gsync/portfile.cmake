@@ -9,6 +9,7 @@ vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
   FEATURES
     cuda GSYNC_WITH_CUDA
     mpi  GSYNC_WITH_MPI
+    verbs GSYNC_WITH_VERBS
 )
 
 vcpkg_cmake_configure(
