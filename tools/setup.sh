@@ -5,7 +5,7 @@
 # everything (test.sh). Sourced by demo.sh and test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-pkgs=(g++ make cmake libasio-dev doctest-dev openmpi-bin libopenmpi-dev libssl-dev clang libclang-rt-14-dev python3 iproute2 pkg-config doxygen
+pkgs=(g++ make cmake libasio-dev doctest-dev openmpi-bin libopenmpi-dev libssl-dev clang libclang-rt-14-dev python3 iproute2 pkg-config doxygen libibverbs-dev
       python3-torch libtorch-dev pybind11-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -69,6 +69,14 @@ class device {
       lib.close_device(ctx_);
       throw error(errc::system, "verbs: ibv_alloc_pd on " + port.device + ": " + std::strerror(e2));
     }
+    // The port's address as it is now, on this context (a subnet manager may have moved the LID
+    // since discovery; a RoCE GID table may have changed).
+    ibv_port_attr pa{};
+    if (lib.query_port(ctx_, static_cast<std::uint8_t>(port_.port), &pa) == 0) {
+      port_.lid = port_.ethernet ? 0 : pa.lid;
+      port_.active_mtu = pa.active_mtu;
+    }
+    if (port_.gid_index >= 0) lib.query_gid(ctx_, static_cast<std::uint8_t>(port_.port), port_.gid_index, &port_.gid);
     // Asynchronous events (port or queue pair errors) are read without blocking.
     const int fl = ::fcntl(ctx_->async_fd, F_GETFL);
     if (fl >= 0) ::fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK);

@@ -79,6 +79,8 @@ class link_port {
   virtual void end_read() = 0;
   virtual bool peek_header(frame_header& h) const = 0;
   virtual bool peer_gone() const = 0;
+  /// Ends the link (the `link` concept's `close`).
+  virtual void close() = 0;
   /// Descriptor links: the descriptor poll(2) watches; -1 for doorbell links.
   virtual int fd() const = 0;
   /// Doorbell links: whether the pending read can go on (false for descriptor links).
@@ -137,6 +139,7 @@ class link_port_of final : public link_port {
   void end_read() override { l_->end_read(); }
   bool peek_header(frame_header& h) const override { return l_->peek_header(h); }
   bool peer_gone() const override { return l_->peer_gone(); }
+  void close() override { l_->close(); }
   int fd() const override {
     if constexpr (traits::wait == link_wait::descriptor) return l_->fd();
     else return -1;

@@ -114,13 +114,13 @@ class verbs_endpoint {
     std::string why;
     const verbs::library* lib = verbs::library::load(o_.library, why);
     if (!lib) return why_not_ = why, "0";
-    lib->fork_init();  // registered pages stay with this process in a child made by fork (before any registration)
     const verbs::discovery d = verbs::discover(*lib, filter, o_.gid_index);
     if (d.ports.empty()) return why_not_ = d.why_none, "0";
     // Ranks of one host spread over its ports, as NCCL spreads them over NICs.
     const int slot = s.topo->local_index(s.rank);
-    const verbs::port_info& p = d.ports[static_cast<std::size_t>(slot) % d.ports.size()];
-    dev_ = std::make_shared<const verbs::device>(*lib, p);
+    lib->fork_init();  // registered pages stay with this process in a child made by fork (before any registration)
+    dev_ = std::make_shared<const verbs::device>(*lib, d.ports[static_cast<std::size_t>(slot) % d.ports.size()]);
+    const verbs::port_info& p = dev_->port();  // as the opened context sees it
     s.log.info("verbs: " + p.name() + " (" + (p.ethernet ? "RoCE, GID index " + std::to_string(p.gid_index) + " " + verbs::gid_text(p.gid)
                                                          : "InfiniBand, LID " + std::to_string(p.lid)) +
                ", MTU " + std::to_string(verbs::mtu_bytes(p.active_mtu)) + ")");

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -104,6 +105,7 @@ class verbs_link {
     if (!q.empty() || !why_.empty() || !connected()) return false;
     poll();
     // Whole or not at all: at most two writes (one at the ring's end), and a notice's slot kept.
+    // Otherwise the frame is queued, and the mesh pumps it (and arms the channel) before it sleeps.
     if (room() < frame_bytes(n) || !imm_budget(3) || !send_budget(3)) return false;
     send_op op{h, p, n, 0};
     write_some(op);
@@ -117,16 +119,20 @@ class verbs_link {
     link_io io;
     poll();
     if (!why_.empty()) return lost(io);
-    while (!q.empty() && connected()) {
-      send_op& op = q.front();
-      const std::size_t before = op.done;
-      if (!write_some(op)) break;
-      io.bytes += op.done - before;
-      if (op.done != sizeof(frame_header) + op.n) break;
-      q.pop_front();
-      ++completed;
+    for (;;) {
+      while (!q.empty() && connected()) {
+        send_op& op = q.front();
+        const std::size_t before = op.done;
+        if (!write_some(op)) break;
+        io.bytes += op.done - before;
+        if (op.done != sizeof(frame_header) + op.n) break;
+        q.pop_front();
+        ++completed;
+      }
+      // Before the mesh sleeps on the descriptor; a notice taken on the way may have freed room.
+      if (q.empty() || !arm_if_idle()) break;
     }
-    arm_if_idle();
+    if (!why_.empty()) return lost(io);
     return io;
   }
 
@@ -135,9 +141,8 @@ class verbs_link {
   link_io try_header(frame_header& h, std::byte* dst, std::size_t n) {
     link_io io;
     poll();
-    if (arrived_ - read_ < sizeof h) {
+    if (arrived_ - read_ < sizeof h && (!arm_if_idle() || arrived_ - read_ < sizeof h)) {
       if (!why_.empty()) return lost(io);
-      arm_if_idle();
       return io;
     }
     copy_out(reinterpret_cast<std::byte*>(&h), sizeof h);
@@ -153,11 +158,14 @@ class verbs_link {
     link_io io;
     if (want == 0) return io;
     poll();
-    std::size_t avail = std::min<std::size_t>(want, static_cast<std::size_t>(arrived_ - read_));
-    if (consume) avail -= avail % std::max<std::size_t>(align, 1);
+    const auto available = [&] {
+      std::size_t a = std::min<std::size_t>(want, static_cast<std::size_t>(arrived_ - read_));
+      return consume ? a - a % std::max<std::size_t>(align, 1) : a;
+    };
+    std::size_t avail = available();
+    if (avail == 0 && arm_if_idle()) avail = available();
     if (avail == 0) {
       if (!why_.empty()) return lost(io);
-      arm_if_idle();
       return io;
     }
     if (!consume) {
@@ -189,15 +197,19 @@ class verbs_link {
   }
   /// Copies the next frame's header when it has arrived whole, without taking it.
   bool peek_header(frame_header& h) const {
-    const_cast<verbs_link*>(this)->poll();
-    if (arrived_ - read_ < sizeof h) return false;
+    auto& self = *const_cast<verbs_link*>(this);  // taking completions changes no frame
+    self.poll();
+    if (arrived_ - read_ < sizeof h && (!self.arm_if_idle() || arrived_ - read_ < sizeof h)) return false;
     copy_at(read_, reinterpret_cast<std::byte*>(&h), sizeof h);
     return true;
   }
   /// True once the queue pair failed (a completion in error, a fatal event).
   bool peer_gone() const noexcept { return !why_.empty(); }
-  /// Destroys the queue pair and frees the rings.
+  /// Waits, at most a few seconds, until the peer has acknowledged every write posted (so that
+  /// what was handed over arrives, as a closed socket still delivers its data), then destroys the
+  /// queue pair and frees the rings.
   void close() noexcept {
+    drain(std::chrono::steady_clock::now() + std::chrono::seconds(2));
     qp_ = verbs::queue_pair{};
     ring_ = verbs::registered{};
     mirror_ = verbs::registered{};
@@ -213,7 +225,9 @@ class verbs_link {
 
  private:
   static constexpr std::uint32_t notice_bit = 0x80000000u;
-  static constexpr std::uint32_t repost_bits = 11;  // a notice's reposted receives (the rest: 64-byte units freed)
+  // A notice's immediate: the bit, ring bytes freed (24 bits: a read may end anywhere in a frame,
+  // and the writer may be waiting for a few bytes), receives posted again (7 bits).
+  static constexpr std::uint32_t repost_bits = 7;
   static std::uint64_t align64(std::uint64_t v) noexcept { return (v + 63) & ~std::uint64_t{63}; }
   static std::size_t frame_bytes(std::size_t n) noexcept { return static_cast<std::size_t>(align64(sizeof(frame_header) + n)); }
 
@@ -286,19 +300,42 @@ class verbs_link {
     if (const int e = ibv_post_send(qp_.qp(), &wr, &bad)) fail("ibv_post_send: " + std::string(std::strerror(e)));
   }
 
+  // A signaled zero-length write (no immediate: it takes no receive) completes after every write
+  // before it: polled for until then or `until`.
+  void drain(std::chrono::steady_clock::time_point until) noexcept {
+    if (!connected() || !why_.empty() || !qp_.cq() || send_done_ == send_posted_) return;
+    try {
+      while (!send_budget(1) && why_.empty() && std::chrono::steady_clock::now() < until) poll();
+      if (!why_.empty() || !send_budget(1)) return;
+      ibv_send_wr wr{};
+      ibv_send_wr* bad = nullptr;
+      const std::uint64_t seq = ++send_posted_;
+      wr.wr_id = seq;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = peer_ring_;
+      wr.wr.rdma.rkey = peer_rkey_;
+      if (ibv_post_send(qp_.qp(), &wr, &bad) != 0) return;
+      while (send_done_ < seq && why_.empty() && std::chrono::steady_clock::now() < until) poll();
+    } catch (...) {  // poll's messages allocate; closing goes on regardless
+    }
+  }
+
   // A notice to the peer: ring bytes freed and receive requests posted again since the last one.
   void notice_if_due() {
     if (!why_.empty() || !connected()) return;
-    const std::uint64_t freed = read_ - noticed_read_, reposts = reposted_ - noticed_reposts_;
-    const bool due = freed >= ring_.size() / 4 || (read_ == arrived_ && freed > 0) ||
-                     reposts >= static_cast<std::uint64_t>(qp_.settings().recv_depth) / 4;
-    if (!due || !imm_budget(1) || !send_budget(1)) return;
-    const std::uint64_t units = std::min<std::uint64_t>(freed / 64, (std::uint64_t{1} << (31 - repost_bits)) - 1);
-    const std::uint64_t r = std::min<std::uint64_t>(reposts, (std::uint64_t{1} << repost_bits) - 1);
-    post_write_zero(notice_bit | static_cast<std::uint32_t>(units << repost_bits) | static_cast<std::uint32_t>(r));
-    noticed_read_ += units * 64;
-    noticed_reposts_ += r;
-    ++notices_;
+    for (;;) {  // more than one notice holds, when more was freed than one says
+      const std::uint64_t freed = read_ - noticed_read_, reposts = reposted_ - noticed_reposts_;
+      const bool due = freed >= ring_.size() / 4 || (read_ == arrived_ && freed > 0) ||
+                       reposts >= static_cast<std::uint64_t>(qp_.settings().recv_depth) / 4;
+      if (!due || !imm_budget(1) || !send_budget(1)) return;
+      const std::uint64_t bytes = std::min<std::uint64_t>(freed, (std::uint64_t{1} << (31 - repost_bits)) - 1);
+      const std::uint64_t r = std::min<std::uint64_t>(reposts, (std::uint64_t{1} << repost_bits) - 1);
+      post_write_zero(notice_bit | static_cast<std::uint32_t>(bytes << repost_bits) | static_cast<std::uint32_t>(r));
+      noticed_read_ += bytes;
+      noticed_reposts_ += r;
+      ++notices_;
+    }
   }
   void post_write_zero(std::uint32_t imm) { post_write(mirror_.data(), 0, peer_ring_, imm); }
 
@@ -339,7 +376,7 @@ class verbs_link {
     if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
       const std::uint32_t imm = ntohl(wc.imm_data);
       if (imm & notice_bit) {
-        freed_ += static_cast<std::uint64_t>((imm & ~notice_bit) >> repost_bits) * 64;
+        freed_ += (imm & ~notice_bit) >> repost_bits;
         peer_reposted_ += imm & ((1u << repost_bits) - 1);
       } else {
         arrived_ += imm;
@@ -351,16 +388,27 @@ class verbs_link {
   }
 
   // Before the mesh sleeps on the descriptor: asks for an event on the next completion, then looks
-  // once more (one that came before the request raises no event).
-  void arm_if_idle() {
-    if (armed_ || !qp_.cq() || !why_.empty()) return;
+  // once more (a completion that came before the request raises no event). True when that look
+  // took completions: the caller goes on with them instead of sleeping.
+  bool arm_if_idle() {
+    if (armed_ || !qp_.cq() || !why_.empty()) return false;
     watch_device();
-    if (!why_.empty()) return;
-    if (ibv_req_notify_cq(qp_.cq(), 0) != 0) return fail("ibv_req_notify_cq failed");
+    if (!why_.empty()) return false;
+    if (ibv_req_notify_cq(qp_.cq(), 0) != 0) {
+      fail("ibv_req_notify_cq failed");
+      return false;
+    }
     armed_ = true;
     ibv_wc wc[16];
-    const int n = ibv_poll_cq(qp_.cq(), 16, wc);
-    for (int i = 0; i < n; ++i) take(wc[i]);
+    int took = 0;
+    for (;;) {
+      const int n = ibv_poll_cq(qp_.cq(), 16, wc);
+      for (int i = 0; i < n; ++i) take(wc[i]);
+      took += n > 0 ? n : 0;
+      if (n < 16) break;
+    }
+    if (took) notice_if_due();
+    return took > 0;
   }
 
   // The device's asynchronous events: a fatal one for the device, its port or this queue pair

@@ -279,6 +279,12 @@ class host_mesh {
   // A peer whose TCP connection is watched for a close while nothing is expected from it: its
   // data link is waited for by descriptor (doorbell links have their own liveness check), the
   // connection is open and not yet seen closed, nothing is queued for it.
+  // True when `p`'s data goes over a descriptor link of its own (verbs), not its TCP connection:
+  // that connection then says, by closing, that the peer is gone.
+  bool separate_control(int p) noexcept {
+    auto& c = peers_[p];
+    return !c.by_doorbell() && c.data && c.tcp().connected() && data_fd(p) != c.tcp().fd();
+  }
   bool watchable(int p) noexcept {
     auto& c = peers_[p];
     return !c.by_doorbell() && c.tcp().connected() && !c.tcp().seen_closed() && c.q().empty();

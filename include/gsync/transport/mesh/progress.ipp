@@ -17,6 +17,10 @@ namespace gsync::transport {
 // (watch_dialers / serve_dialers, connect.ipp), closes of idle peers (watch_closes).
 inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect) {
   checkpoint(in_peer, id, dl);
+  // A peer whose data link is not its TCP connection (verbs) closed that connection, and the caller
+  // found no data after it: the peer is gone (it writes all its data before it closes).
+  if (in_peer >= 0 && peers_[in_peer].tcp().seen_closed() && !peers_[in_peer].by_doorbell() && data_fd(in_peer) != peers_[in_peer].tcp().fd())
+    [[unlikely]] lost_while_receiving(in_peer, id, link_io::closed);
   if (bell_progress(in_peer)) return;
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   const bool sock_in = in_peer >= 0 && !in_bell;
@@ -106,6 +110,9 @@ inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
   if (in_peer >= 0) ps.add(data_fd(in_peer), POLLIN, in_peer);
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].by_doorbell() && !peers_[p].q().empty() && !unconnected(p)) {  // unconnected: its frames wait for it to dial
+      // A completion channel signals only completions that come after the link asked for one:
+      // room that another call took meanwhile is used, and the channel armed, before the sleep.
+      if (data_link(p).room_by_read && (pump_peer(p), peers_[p].q().empty())) continue;
       const short room = data_link(p).room_by_read ? POLLIN : POLLOUT;  // a completion channel: room comes as a completion
       if (p == in_peer) ps.fds[0].events |= room;
       else ps.add(data_fd(p), room, p);
@@ -119,6 +126,8 @@ inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
 inline void host_mesh::watch_closes(waiter::poll_set& ps, int in_peer) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && p != in_peer && watchable(p)) ps.add(peers_[p].tcp().fd(), POLLRDHUP, p);
+  if (in_peer >= 0 && separate_control(in_peer) && !peers_[in_peer].tcp().seen_closed())
+    ps.add(peers_[in_peer].tcp().fd(), POLLRDHUP, in_peer);  // its data comes another way
 }
 
 // A wait that involves only doorbell peers: spin, then sleep on this rank's doorbell (at most

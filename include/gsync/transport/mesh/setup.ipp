@@ -164,6 +164,10 @@ inline host_mesh::~host_mesh() {
   const std::vector<int> gone(dead.begin(), dead.end());  // lost ranks may hold their store connections (stopped): not waited for below
   if (doorbell_owner* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(fs_.broken() ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
+  // Data links of their own (verbs) first: they deliver what was handed over before the TCP
+  // connection's close tells the peer this rank has gone.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && separate_control(p)) peers_[p].data->close();
   for (auto& p : peers_) p.tcp().close();
   if (server_) {  // rank 0 hosts the store: serve the others until they have left (bounded)
     store_.reset();
