@@ -25,6 +25,9 @@
 #include "support/failures.hpp"
 #include "support/mailbox_transport.hpp"
 #include "support/uds_world.hpp"
+#if defined(GSYNC_TEST_IBV_EMU)
+#include "support/verbs_world.hpp"
+#endif
 #include "support/reference.hpp"
 #include "support/world.hpp"
 
@@ -370,6 +373,9 @@ void run_sweep(const char* transport, int n) {
   if (std::string(transport) == "inproc") run_inproc(n, body, test_config());
   else if (std::string(transport) == "mailbox") run_mailbox(n, body, test_config());  // the conformance suite's transport
   else if (std::string(transport) == "uds") run_uds(n, body, test_config());  // a mesh whose first link is defined in tests/
+#if defined(GSYNC_TEST_IBV_EMU)
+  else if (std::string(transport) == "verbs") run_verbs(n, body, test_config());  // two hosts, verbs between them (stand-in libibverbs)
+#endif
   else run_tcp(n, body, test_config());
   for (const auto& f : fails.list) FAIL_CHECK(f);
   CHECK(fails.list.empty());
@@ -380,6 +386,17 @@ void run_sweep(const char* transport, int n) {
 #define GSYNC_COLL_SWEEP(TRANSPORT, N) \
   TEST_CASE("collectives sweep " TRANSPORT " world " #N) { run_sweep(TRANSPORT, N); }
 
+// The verbs link's test program compiles this file again for its own transport only.
+#if defined(GSYNC_TEST_VERBS_ONLY)
+GSYNC_COLL_SWEEP("verbs", 1)
+GSYNC_COLL_SWEEP("verbs", 2)
+GSYNC_COLL_SWEEP("verbs", 3)
+GSYNC_COLL_SWEEP("verbs", 4)
+GSYNC_COLL_SWEEP("verbs", 5)
+GSYNC_COLL_SWEEP("verbs", 6)
+GSYNC_COLL_SWEEP("verbs", 7)
+GSYNC_COLL_SWEEP("verbs", 8)
+#else
 GSYNC_COLL_SWEEP("inproc", 1)
 GSYNC_COLL_SWEEP("inproc", 2)
 GSYNC_COLL_SWEEP("inproc", 3)
@@ -412,3 +429,4 @@ GSYNC_COLL_SWEEP("mailbox", 5)
 GSYNC_COLL_SWEEP("mailbox", 6)
 GSYNC_COLL_SWEEP("mailbox", 7)
 GSYNC_COLL_SWEEP("mailbox", 8)
+#endif

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/allreduce_sweep.hpp"
@@ -166,4 +167,150 @@ TEST_CASE("verbs link: without a library or a device the ranks use TCP, and say 
     }, cfg);
     for (const auto& n : names) CHECK(n == "tcp");
   }
+}
+
+// The link's own calls, on a connected pair in this process (no mesh): frames larger than the
+// ring in pieces as room comes back, a peek that does not consume, post_direct with room, reads
+// in place across the ring's end in pieces of the asked alignment, and a queue pair in error as a
+// lost link with its status and vendor code.
+namespace {
+
+using gsync::transport::frame_header;
+using gsync::transport::verbs_link;
+
+struct verbs_pair {
+  std::shared_ptr<const gsync::verbs::device> dev;
+  verbs_link l0, l1;
+  explicit verbs_pair(std::size_t ring) {
+    ibv_emu_fabric();
+    std::string why;
+    const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
+    REQUIRE_MESSAGE(lib != nullptr, why);
+    const auto d = gsync::verbs::discover(*lib, gsync::verbs::hca_filter{}, -1);
+    REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
+    dev = std::make_shared<const gsync::verbs::device>(*lib, d.ports.front());
+    gsync::verbs::qp_settings qs;
+    qs.timeout = 10;
+    qs.retry_cnt = 1;
+    l0.open(dev, qs, ring);
+    l1.open(dev, qs, ring);
+    l0.connect(l1.address(11), 22, 1);
+    l1.connect(l0.address(22), 11, 0);
+  }
+};
+
+frame_header header_for(std::uint64_t seq, std::size_t n) {
+  frame_header h{};
+  h.seq = seq;
+  h.bytes = n;
+  return h;
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+  return v;
+}
+
+// Reads one frame from rx, pumping tx while it waits (bounded).
+std::vector<std::byte> read_frame(verbs_link& rx, verbs_link& tx, frame_header& h, std::size_t n) {
+  std::vector<std::byte> dst(n);
+  std::size_t got = 0, done = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    const gsync::link_io io = rx.try_header(h, dst.data(), n);
+    REQUIRE(io.err == 0);
+    if (io.done) {
+      got = io.bytes;
+      break;
+    }
+    tx.pump(done);
+  }
+  while (got < n) {
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    const gsync::link_io io = rx.try_payload(dst.data() + got, n - got, 1, nullptr);
+    REQUIRE(io.err == 0);
+    got += io.bytes;
+    if (io.bytes == 0) tx.pump(done);
+  }
+  rx.end_read();
+  return dst;
+}
+
+}  // namespace
+
+TEST_CASE("verbs link: frames over a connected pair, larger than the ring, peeked, and read in place") {
+  verbs_pair pair(64 << 10);
+  auto &l0 = pair.l0, &l1 = pair.l1;
+  frame_header h{};
+  CHECK(!l1.try_header(h, nullptr, 0).done);  // nothing yet: not done, no error
+  CHECK(!l1.peek_header(h));
+  // Five times the ring: written in pieces as the reader's notices free room.
+  const auto big = pattern(5 * (64 << 10) + 13, 3);
+  l0.post(header_for(7, big.size()), big.data(), big.size());
+  CHECK(read_frame(l1, l0, h, big.size()) == big);
+  CHECK(h.seq == 7);
+  std::size_t done = 0;
+  l0.pump(done);
+  CHECK(l0.q.empty());
+  // Room came back whole: a small frame goes at once, and a peek leaves it in place.
+  const auto small = pattern(100, 5);
+  bool direct = false;
+  for (int i = 0; i < 5000 && !(direct = l0.post_direct(header_for(8, small.size()), small.data(), small.size())); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(direct);
+  if (!direct) l0.post(header_for(8, small.size()), small.data(), small.size());
+  frame_header p{};
+  for (int i = 0; i < 5000 && !l1.peek_header(p); ++i) {
+    l0.pump(done);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(p.seq == 8);
+  CHECK(read_frame(l1, l0, h, small.size()) == small);
+  // In place, across the ring's end, in pieces that are multiples of 8.
+  const auto mid = pattern(40000, 9);
+  for (int round = 0; round < 4; ++round) {
+    l0.post(header_for(9 + round, mid.size()), mid.data(), mid.size());
+    while (!l1.try_header(h, nullptr, 0).done) l0.pump(done);
+    std::vector<std::byte> got;
+    bool aligned = true;
+    auto keep = [&](std::span<const std::byte> s) {
+      aligned = aligned && s.size() % 8 == 0;
+      got.insert(got.end(), s.begin(), s.end());
+    };
+    gsync::detail::function_ref<void(std::span<const std::byte>)> take = keep;
+    while (got.size() < mid.size()) {
+      const auto io = l1.try_payload(nullptr, mid.size() - got.size(), 8, &take);
+      REQUIRE(io.err == 0);
+      if (io.bytes == 0) l0.pump(done);
+    }
+    l1.end_read();
+    CHECK(aligned);
+    CHECK(got == mid);
+  }
+  CHECK(l0.sent().notices + l1.sent().notices > 0);
+}
+
+TEST_CASE("verbs link: a queue pair in error is a lost link that names the status and the vendor code") {
+  verbs_pair pair(64 << 10);
+  auto &l0 = pair.l0, &l1 = pair.l1;
+  REQUIRE(ibv_emu_control("qp_error " + std::to_string(l1.queue().qpn())) == 0);
+  const auto src = pattern(1000, 1);
+  l0.post(header_for(1, src.size()), src.data(), src.size());
+  std::size_t done = 0;
+  frame_header h{};
+  gsync::link_io io;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (io.err == 0 && std::chrono::steady_clock::now() < until) {
+    io = l0.pump(done);
+    if (io.err == 0) io = l1.try_header(h, nullptr, 0);
+  }
+  REQUIRE(io.err != 0);
+  REQUIRE(io.why != nullptr);
+  const std::string why = io.why;
+  CAPTURE(why);
+  CHECK(why.find("verbs: ") == 0);
+  CHECK((why.find("vendor error") != std::string::npos || why.find("fatal") != std::string::npos));
+  CHECK((l0.peer_gone() || l1.peer_gone()));
 }
