@@ -107,6 +107,7 @@ inline void host_mesh::any_wait(std::span<const probe_target> t, deadline dl) {
         open = partial = true;
         continue;
       }
+      if (h.tag == x.id.tag && h.seq == x.id.seq) return;  // the wanted one, come since `ready` looked
       other += (other.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p) + ": " + describe_message(h.tag, h.seq, h.fp);
       continue;
     }
