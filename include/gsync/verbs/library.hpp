@@ -71,28 +71,35 @@ struct library {
   /// The library at `name` (a soname searched as dlopen does, or a path), loaded once per process
   /// and name; null when it cannot be loaded or lacks a call, with the reason in `why`.
   static const library* load(const std::string& name, std::string& why) {
+    struct entry {
+      library lib;
+      bool ok = false;
+      std::string why;
+    };
     static std::mutex m;
-    static std::map<std::string, std::pair<const library*, std::string>> tried;  // a process loads each name once
+    // A process loads each name once. Never destroyed: links may outlive static destructors, and
+    // the libraries stay loaded anyway.
+    static auto* tried = new std::map<std::string, entry>;
     std::lock_guard lk(m);
-    auto it = tried.find(name);
-    if (it == tried.end()) {
-      std::string w;
-      const library* l = open(name, w);
-      it = tried.emplace(name, std::make_pair(l, std::move(w))).first;
+    auto it = tried->find(name);
+    if (it == tried->end()) {
+      it = tried->emplace(name, entry{}).first;
+      it->second.ok = open(name, it->second.lib, it->second.why);
     }
-    why = it->second.second;
-    return it->second.first;
+    why = it->second.why;
+    return it->second.ok ? &it->second.lib : nullptr;
   }
 
  private:
-  static const library* open(const std::string& name, std::string& why) {
+  // Fills `*lib` from the library at `name`; false with the reason in `why`.
+  static bool open(const std::string& name, library& out, std::string& why) {
     void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       const char* e = ::dlerror();
       why = "cannot load " + name + (e ? std::string(": ") + e : std::string());
-      return nullptr;
+      return false;
     }
-    auto* lib = new library;  // kept for the process's life, as the library itself
+    library* lib = &out;
     std::string missing;
     auto get = [&](auto& fn, const char* sym, const char* version, bool required = true) {
       void* p = ::dlvsym(h, sym, version);
@@ -128,11 +135,10 @@ struct library {
     get(lib->reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", /*required=*/false);
     if (!missing.empty()) {
       why = name + " lacks " + missing;
-      delete lib;
-      return nullptr;  // the handle stays open: unloading a half-used provider stack is not safe
+      return false;  // the handle stays open: unloading a half-used provider stack is not safe
     }
     why.clear();
-    return lib;
+    return true;
   }
 };
 
