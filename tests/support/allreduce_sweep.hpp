@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support/errors.hpp"
@@ -225,6 +227,22 @@ int mismatch_reports(Run run, const gsync::config& cfg) {
     sync.bar.arrive_and_wait();
   }, cfg);
   return n;
+}
+
+// A peer that leaves must be noticed, not waited for until the timeout: in a 2-rank world, rank 1
+// returns (its communicator closes its links) while rank 0 allreduces. Returns how many ranks
+// reported errc::peer_lost, and how long the world took.
+template <class Run>
+std::pair<int, std::chrono::steady_clock::duration> leaver_reports(Run run, const gsync::config& cfg) {
+  std::atomic<int> lost{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  run(2, [&](auto& comm, world_sync& sync) {
+    sync.bar.arrive_and_wait();
+    if (comm.rank() == 1) return;
+    std::vector<float> v(4, 1.0f);
+    if (kind_of([&] { gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v}); }) == gsync::errc::peer_lost) lost++;
+  }, cfg);
+  return {lost.load(), std::chrono::steady_clock::now() - t0};
 }
 
 }  // namespace

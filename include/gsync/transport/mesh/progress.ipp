@@ -19,8 +19,8 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   checkpoint(in_peer, id, dl);
   // A peer whose data link is not its TCP connection (verbs) closed that connection, and the caller
   // found no data after it: the peer is gone (it writes all its data before it closes).
-  if (in_peer >= 0 && peers_[in_peer].tcp().seen_closed() && !peers_[in_peer].by_doorbell() && data_fd(in_peer) != peers_[in_peer].tcp().fd())
-    [[unlikely]] lost_while_receiving(in_peer, id, link_io::closed);
+  if (in_peer >= 0 && peers_[in_peer].tcp().seen_closed() && separate_control(in_peer)) [[unlikely]]
+    lost_while_receiving(in_peer, id, link_io::closed);
   if (bell_progress(in_peer)) return;
   const bool in_bell = in_peer >= 0 && peers_[in_peer].by_doorbell();
   const bool sock_in = in_peer >= 0 && !in_bell;
