@@ -97,7 +97,7 @@ set -u
 source /run/rxe-guest/env
 export TMPDIR=/tmp
 # Process 1: the guest powers off when it ends.
-trap 'sync; echo o >/proc/sysrq-trigger; sleep 10' EXIT
+trap 'sync; echo o >/proc/sysrq-trigger; sleep 10 2>/dev/null' EXIT
 fail() { echo "rxe_guest: \$*" >&2; echo 77 >/run/rxe-guest/rc; exit 0; }
 ip link set lo up
 modprobe rdma_rxe || fail "modprobe rdma_rxe failed"

@@ -3,15 +3,22 @@
 // host, verbs across hosts, TCP otherwise. libibverbs is the test stand-in
 // (tests/support/ibv_emu/, GSYNC_TEST_IBV_EMU: its path), on a fabric of this process's own
 // (GSYNC_IBV_EMU), so that no real adapter is needed and each test program has its fabric.
+// With GSYNC_TEST_VERBS_DEVICES set ("rxe1 rxe2": what tools/rxe_guest.sh says in
+// RXE_GUEST_DEVICES), the same tests run on the real libibverbs instead, the first "host" on the
+// first device and the second on the second (or the same one); the stand-in's fault hooks are
+// then absent, and tests that need them skip.
 
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gsync/transport/links/verbs_endpoint.hpp>
 #include <gsync/transport/mesh.hpp>
@@ -23,8 +30,26 @@ using verbs_communicator = gsync::communicator<verbs_mesh>;
 
 namespace gsync_test {
 
-/// The stand-in libibverbs this test program was built with.
-inline std::string ibv_emu_path() { return GSYNC_TEST_IBV_EMU; }
+/// The real devices to run on (GSYNC_TEST_VERBS_DEVICES), or none: the stand-in.
+inline const std::vector<std::string>& real_verbs_devices() {
+  static const std::vector<std::string> d = [] {
+    std::vector<std::string> v;
+    std::istringstream in(std::getenv("GSYNC_TEST_VERBS_DEVICES") ? std::getenv("GSYNC_TEST_VERBS_DEVICES") : "");
+    for (std::string w; in >> w;) v.push_back(w);
+    return v;
+  }();
+  return d;
+}
+inline bool on_real_verbs() { return !real_verbs_devices().empty(); }
+
+/// The libibverbs the tests load: the stand-in this test program was built with, or the real one.
+inline std::string ibv_emu_path() { return on_real_verbs() ? "libibverbs.so.1" : GSYNC_TEST_IBV_EMU; }
+
+/// The device filter (GSYNC_IB_HCA's grammar) of "host" h (0 or 1): empty on the stand-in.
+inline std::string hca_of_host(int h) {
+  const auto& d = real_verbs_devices();
+  return d.empty() ? std::string() : "=" + d[std::min<std::size_t>(static_cast<std::size_t>(h), d.size() - 1)];
+}
 
 /// Names this process's fabric (once, before the stand-in is first asked for devices).
 /// Its segment is removed when the program exits. Every rank (a thread) gets a LID of its own, as on
@@ -32,6 +57,7 @@ inline std::string ibv_emu_path() { return GSYNC_TEST_IBV_EMU; }
 /// ring and a mirror per verbs peer).
 inline void ibv_emu_fabric() {
   static const bool once = [] {
+    if (on_real_verbs()) return true;
     ::setenv("GSYNC_IBV_EMU_LID", "auto", 0);
     rlimit r{RLIM_INFINITY, RLIM_INFINITY};
     if (::setrlimit(RLIMIT_MEMLOCK, &r) != 0) ::setenv("GSYNC_IBV_EMU_LAX", "memlock", 0);
@@ -45,6 +71,7 @@ inline void ibv_emu_fabric() {
 
 /// The stand-in's fault hook (`gsync_ibv_emu_control`, tests/support/ibv_emu/README.md).
 inline int ibv_emu_control(const std::string& command) {
+  if (on_real_verbs()) return -2;
   void* h = ::dlopen(ibv_emu_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (!h) return -2;
   auto* f = reinterpret_cast<int (*)(const char*)>(::dlsym(h, "gsync_ibv_emu_control"));
@@ -57,6 +84,7 @@ inline int ibv_emu_control(const std::string& command) {
 inline gsync::config verbs_config(gsync::config c) {
   ibv_emu_fabric();
   c.transport.ib.library = ibv_emu_path();
+  c.transport.ib.hca = hca_of_host(0);
   return c;
 }
 
@@ -67,7 +95,12 @@ void run_verbs(int n, F f, gsync::config cfg, std::function<std::string(int)> ho
   const auto port = free_port();
   if (!host_of) host_of = [n](int r) { return std::string(r < (n + 1) / 2 ? "ib-a" : "ib-b"); };
   cfg = verbs_config(cfg);
-  run_threads<verbs_communicator>(n, [&](int r) { return verbs_communicator::join(test_launch_info(r, n, port, host_of(r)), cfg); }, f);
+  run_threads<verbs_communicator>(n, [&](int r) {
+    gsync::config c = cfg;
+    const std::string host = host_of(r);
+    c.transport.ib.hca = hca_of_host(host == host_of(0) ? 0 : 1);
+    return verbs_communicator::join(test_launch_info(r, n, port, host), c);
+  }, f);
 }
 
 }  // namespace gsync_test
