@@ -42,7 +42,8 @@
 //            world); rank --shrink-victim J SIGKILLs itself at stage --stage (slot, joined, agreed)
 //            of its first shrink. Each survivor then allreduces its old rank + 1 over every new
 //            communicator, checks the sum and the size against the ranks still alive, prints
-//            "SHRUNK rank R: world r of n in T ms" and exits 0. --pause-ms M: every rank waits M ms
+//            "SHRUNK rank R: world r of n in T ms, links: verbs V shm S tcp T" (the new world's
+//            peers by the link that reaches them) and exits 0. --pause-ms M: every rank waits M ms
 //            after READY before the victim dies.
 //   resume   recovery from a stop (tests/mp_stop_resume.sh runs it under `gsyncrun --elastic` and
 //            stops, then resumes, one rank): every rank loops allreduces of its first rank + 1,
@@ -52,10 +53,14 @@
 //            --post-s S seconds later (a collective decision) prints "DONE rank R: ... steps"
 //            and exits 0. Excluded by the shrink, it prints "EXCLUDED rank R: ..." and exits 75.
 //
-// On a gsync::error a rank prints "rank R: <kind> after T ms in <mode>: <message>" on stderr and
-// exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45 another gsync::error
-// kind, 46 another exception. A rank still at its point --watchdog-s seconds (default 30) after
-// READY prints "WATCHDOG" and exits 47, so that a hang fails the script instead of stalling it.
+// A gsync::error that ends the mode (or the set-up) is noted on stdout as it leaves it, before the
+// communicator is torn down: "CAUGHT rank R at NS" (NS: the wall clock in ns since the epoch, as
+// `date +%s%N`), so that a script can time how soon the failure was raised apart from how long the
+// teardown took. On a gsync::error a rank then prints "rank R: <kind> after T ms in <mode>:
+// <message>" on stderr and exits with a code per kind: 42 peer_lost, 43 timeout, 44 mismatch, 45
+// another gsync::error kind, 46 another exception. A rank still at its point --watchdog-s seconds
+// (default 30) after READY prints "WATCHDOG" and exits 47, so that a hang fails the script instead
+// of stalling it.
 
 #include <unistd.h>
 
@@ -70,6 +75,7 @@
 #include <optional>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -259,7 +265,14 @@ void run_shrink(const options& o, gsync::tcp_communicator& comm) {
   const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
   if (half2) check(*half2, half_ranks, "half");
   check(world2, world_ranks, "world");
-  std::printf("SHRUNK rank %d: world %d of %d in %.1f ms\n", r, world2.rank(), world2.size(), ms);
+  int by_verbs = 0, by_shm = 0, by_tcp = 0;
+  for (int p = 0; p < world2.size(); ++p)
+    if (p != world2.rank()) {
+      const std::string_view l = world2.transport().link_name(p);
+      (l == "verbs" ? by_verbs : l == "shm" ? by_shm : by_tcp) += 1;
+    }
+  std::printf("SHRUNK rank %d: world %d of %d in %.1f ms, links: verbs %d shm %d tcp %d\n", r, world2.rank(), world2.size(), ms,
+              by_verbs, by_shm, by_tcp);
   std::fflush(stdout);
 }
 
@@ -422,9 +435,26 @@ int main(int argc, char** argv) {
     const bool early = o.mode == "setup" || o.mode == "store";
     if (early && rank == o.victim) partial_setup_victim(o, li);
     if (early) say_ready(o, rank);  // about to block in the constructor
-    auto comm = gsync::tcp_communicator::from_env();
+    const auto caught = [rank] {
+      const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::printf("CAUGHT rank %d at %lld\n", rank, ns);
+      std::fflush(stdout);
+    };
+    auto comm = [&] {
+      try {
+        return gsync::tcp_communicator::from_env();
+      } catch (const gsync::error&) {
+        caught();
+        throw;
+      }
+    }();
     if (early) throw std::runtime_error("the communicator was constructed without the victim");
-    run_mode(o, comm);
+    try {
+      run_mode(o, comm);
+    } catch (const gsync::error&) {
+      caught();  // before comm's destructor
+      throw;
+    }
   } catch (const gsync::error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
     std::fprintf(stderr, "rank %d: %s after %lld ms in %s: %s\n", rank, e.code().message().c_str(), static_cast<long long>(ms),

@@ -94,6 +94,27 @@ TEST_CASE("verbs link: large and odd-sized messages, every collective, stay exac
   CHECK(bad == 0);
 }
 
+TEST_CASE("verbs link: a flush that the pumps before its sleep complete does not sleep (2 hosts x 2 ranks)") {
+  // Ring shifts of 1 MiB (larger than the ring, so frames wait for room) over shared memory and
+  // verbs: a flush whose last frame went out while the wait pumped before sleeping used to sleep
+  // out the poll's cap (1 s) with nothing left to wait for.
+  std::mutex m;
+  std::vector<double> took_s;
+  run_verbs(4, [&](auto& comm, world_sync& sync) {
+    const int n = comm.size(), r = comm.rank();
+    std::vector<std::uint8_t> out(std::size_t{1} << 20, 1), in(out.size());
+    sync.bar.arrive_and_wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < 16; ++k)
+      gsync::sendrecv(comm, std::span<const std::uint8_t>{out}, (r + 1) % n, 1, std::span<std::uint8_t>{in}, (r + n - 1) % n, 1);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lk(m);
+    took_s.push_back(s);
+  }, test_config());
+  REQUIRE(took_s.size() == 4);
+  for (double s : took_s) CHECK(s < 4.0);  // 16 shifts of 1 MiB take milliseconds each
+}
+
 TEST_CASE("verbs link: a mismatched call and a peer that leaves are gsync errors, not hangs") {
   gsync::config cfg = test_config();
   cfg.timeout = std::chrono::seconds(20);
@@ -131,6 +152,48 @@ TEST_CASE("verbs link: a queue pair in error loses the link, naming the peer, th
     if (e.find("verbs: ") != std::string::npos && (e.find("vendor error") != std::string::npos || e.find("fatal") != std::string::npos)) named = true;
   }
   CHECK(named);
+}
+
+TEST_CASE("verbs link: a port that goes down ends a rank's sleep at once, naming the port (asynchronous events)") {
+  if (on_real_verbs()) return skip("needs the stand-in's fault hooks");
+  // Rank 0 sleeps in poll(2) waiting for rank 1's data; rank 1 takes the port down (PORT_ERR to
+  // every context on it) and no completion will come. Only the device's event descriptor, watched
+  // during the sleep, can end rank 0's wait before the timeout.
+  std::string why;
+  const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
+  REQUIRE_MESSAGE(lib != nullptr, why);
+  ibv_emu_fabric();
+  const auto d = gsync::verbs::discover(*lib, gsync::verbs::hca_filter{}, -1);
+  REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
+  const std::string port = d.ports.front().device + " " + std::to_string(d.ports.front().port);
+  gsync::config cfg = test_config();
+  cfg.timeout = std::chrono::seconds(30);
+  std::mutex m;
+  std::vector<std::string> msgs;
+  std::vector<double> took_s;
+  run_verbs(2, [&](auto& comm, world_sync& sync) {
+    std::vector<float> v(1000, 1.0f);
+    gsync::allreduce(comm, std::span<float>{v});  // the link works
+    sync.bar.arrive_and_wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 0 is asleep by now
+      CHECK(ibv_emu_control("port_down " + port) == 0);
+    }
+    const std::string e = message_of([&] { gsync::allreduce<gsync::algo::ring>(comm, std::span<float>{v}); });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lk(m);
+    msgs.push_back(e);
+    if (comm.rank() == 0) took_s.push_back(s);
+  }, cfg);
+  ibv_emu_control("port_up " + port);
+  REQUIRE(msgs.size() == 2);
+  REQUIRE(took_s.size() == 1);
+  CHECK(took_s[0] < 6.0);  // 1.5 s asleep, then the event; the timeout is 30 s
+  for (const auto& e : msgs) {
+    CAPTURE(e);
+    CHECK(e.find("port error on") != std::string::npos);
+  }
 }
 
 TEST_CASE("verbs link: without a library or a device the ranks use TCP, and say why at INFO") {

@@ -6,6 +6,8 @@
 //                                 [--threshold 0.5] [--no-concurrent] [--json FILE]
 //   mpirun -np 16 gsync-doctor ...   (or torchrun --no-python, srun: any launcher from_env() reads)
 //
+// Every pair goes over the medium the job's collectives use: shared memory inside a host, verbs
+// (InfiniBand / RoCE, naming each rank's adapter and port) or TCP between hosts.
 // What it measures, each direction of each pair on its own:
 //   - one pair at a time: rank a sends --iters messages of --bytes to rank b, which acknowledges
 //     the last; a's clock from the first send to the acknowledgement gives a->b's bandwidth (the
@@ -14,9 +16,9 @@
 //   - latency: a and b bounce 8 bytes --lat-iters times; half the mean round trip;
 //   - concurrently: every rank at once, paired off in rounds (a round-robin tournament: each pair
 //     meets once), both directions at the same time; each rank times its own sends.
-// What it prints (rank 0): each rank's host, interface and address, and which peers it reaches
-// through shared memory; the three matrices (row: sender, column: receiver); the median of each
-// kind of link (TCP, shared memory); every direction whose one-at-a-time bandwidth is below
+// What it prints (rank 0): each rank's host, interface and address, its RDMA adapter and port,
+// and which peers it reaches over which medium; the three matrices (row: sender, column:
+// receiver); the median of each kind of link (TCP, shared memory, verbs); every direction whose one-at-a-time bandwidth is below
 // --threshold times the median of its kind ("SLOW pair"), the same for the concurrent test (as
 // warnings), and every host for which most of its directions to other hosts are slow ("SLOW host").
 //
@@ -38,6 +40,7 @@
 #include <array>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gsync/allgather.hpp"
@@ -175,8 +178,17 @@ double median(std::vector<double> v) {
 }
 
 struct rank_info {
-  std::string host, address, iface;
+  std::string host, address, iface, rdma;  // rdma: the adapter and port of its verbs links ("" without)
 };
+
+// The media a direction can go over (mesh_view::link_name), as one byte each for the allgather.
+constexpr const char* kind_name[] = {"tcp", "shm", "verbs", "other"};
+constexpr std::uint8_t kind_verbs = 2, kind_count = 4;
+std::uint8_t kind_code(std::string_view name) {
+  for (std::uint8_t k = 0; k + 1 < kind_count; ++k)
+    if (name == kind_name[k]) return k;
+  return kind_count - 1;
+}
 
 }  // namespace
 
@@ -216,9 +228,18 @@ int main(int argc, char** argv) {
     std::vector<std::uint8_t> ifaces(32 * N);
     gsync::allgather(c, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(my_iface.data()), 32), std::span<std::uint8_t>(ifaces));
     for (std::size_t j = 0; j < N; ++j) info[j].iface = std::string(reinterpret_cast<const char*>(ifaces.data()) + 32 * j);
-    std::vector<std::uint8_t> my_shm(N), shm(N * N);
-    for (int p = 0; p < n; ++p) my_shm[static_cast<std::size_t>(p)] = p != r && c.transport().is_shm_peer(p);
-    gsync::allgather(c, std::span<const std::uint8_t>(my_shm), std::span<std::uint8_t>(shm));
+    // The medium of every direction (as its sender sees it), and every rank's RDMA adapter.
+    std::vector<std::uint8_t> my_kind(N), kinds(N * N);
+    std::array<char, 32> my_rdma{};
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      my_kind[static_cast<std::size_t>(p)] = kind_code(c.transport().link_name(p));
+      if (const auto w = c.transport().link_where(p); !w.empty() && !my_rdma[0]) std::snprintf(my_rdma.data(), my_rdma.size(), "%.*s", int(w.size()), w.data());
+    }
+    gsync::allgather(c, std::span<const std::uint8_t>(my_kind), std::span<std::uint8_t>(kinds));
+    std::vector<std::uint8_t> rdmas(32 * N);
+    gsync::allgather(c, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(my_rdma.data()), 32), std::span<std::uint8_t>(rdmas));
+    for (std::size_t j = 0; j < N; ++j) info[j].rdma = std::string(reinterpret_cast<const char*>(rdmas.data()) + 32 * j);
 
     // One pair at a time, each direction, then the pair's latency.
     std::vector<std::uint8_t> buf(o.bytes);
@@ -265,13 +286,18 @@ int main(int argc, char** argv) {
     // Report.
     std::printf("gsync-doctor: %d ranks, %zu bytes x %d per direction, threshold %.2f of the median of each kind of link\n", n, o.bytes,
                 o.iters, o.threshold);
-    std::printf("%5s  %-24s %-12s %-40s %s\n", "rank", "host", "interface", "address", "shared-memory peers (the others: TCP)");
+    std::printf("%5s  %-24s %-12s %-40s %-14s %s\n", "rank", "host", "interface", "address", "rdma", "peers by medium");
     for (int j = 0; j < n; ++j) {
       std::string peers;
-      for (int p = 0; p < n; ++p)
-        if (shm[static_cast<std::size_t>(j) * N + static_cast<std::size_t>(p)]) peers += (peers.empty() ? "" : " ") + std::to_string(p);
+      for (std::uint8_t k = 0; k < kind_count; ++k) {
+        std::string these;
+        for (int p = 0; p < n; ++p)
+          if (p != j && kinds[static_cast<std::size_t>(j) * N + static_cast<std::size_t>(p)] == k) these += " " + std::to_string(p);
+        if (!these.empty()) peers += (peers.empty() ? "" : "; ") + std::string(kind_name[k]) + these;
+      }
       const auto& ij = info[static_cast<std::size_t>(j)];
-      std::printf("%5d  %-24s %-12s %-40s %s\n", j, ij.host.c_str(), ij.iface.c_str(), ij.address.c_str(), peers.empty() ? "-" : peers.c_str());
+      std::printf("%5d  %-24s %-12s %-40s %-14s %s\n", j, ij.host.c_str(), ij.iface.c_str(), ij.address.c_str(), ij.rdma.empty() ? "-" : ij.rdma.c_str(),
+                  peers.empty() ? "-" : peers.c_str());
     }
     const auto print_matrix = [&](const char* title, const std::vector<double>& v, double scale, const char* fmt) {
       std::printf("\n%s (row: sender, column: receiver)\n      ", title);
@@ -291,20 +317,20 @@ int main(int argc, char** argv) {
     print_matrix("latency us (half the round trip of 8 bytes)", lat, 1e6, "%8.1f");
 
     // Medians per kind of link, then the slow directions and hosts.
-    const auto kind = [&](int i, int j) { return shm[static_cast<std::size_t>(i) * N + static_cast<std::size_t>(j)] ? 1 : 0; };
-    const char* kind_name[] = {"tcp", "shm"};
+    const auto kind = [&](int i, int j) { return kinds[static_cast<std::size_t>(i) * N + static_cast<std::size_t>(j)]; };
     int slow = 0;
     std::vector<int> slow_out(N, 0), slow_in(N, 0), cross_out(N, 0), cross_in(N, 0);
     std::string json_flags;
     std::printf("\n");
     for (int which = 0; which < (o.concurrent ? 2 : 1); ++which) {
       const auto& v = which == 0 ? bw : conc;
-      std::array<std::vector<double>, 2> by_kind;
+      std::array<std::vector<double>, kind_count> by_kind;
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
           if (i != j) by_kind[static_cast<std::size_t>(kind(i, j))].push_back(v[static_cast<std::size_t>(i) * N + static_cast<std::size_t>(j)]);
-      std::array<double, 2> med{median(by_kind[0]), median(by_kind[1])};
-      for (int k = 0; k < 2; ++k)
+      std::array<double, kind_count> med{};
+      for (std::size_t k = 0; k < kind_count; ++k) med[k] = median(by_kind[k]);
+      for (std::size_t k = 0; k < kind_count; ++k)
         if (!by_kind[static_cast<std::size_t>(k)].empty())
           std::printf("median %s bandwidth (%s): %.3f GB/s over %zu directions\n", kind_name[k], which == 0 ? "one pair at a time" : "all at once",
                       med[static_cast<std::size_t>(k)] * 1e-9, by_kind[static_cast<std::size_t>(k)].size());
@@ -315,9 +341,11 @@ int main(int argc, char** argv) {
           const bool cross = info[static_cast<std::size_t>(i)].host != info[static_cast<std::size_t>(j)].host;
           if (which == 0 && cross) ++cross_out[static_cast<std::size_t>(i)], ++cross_in[static_cast<std::size_t>(j)];
           if (x >= o.threshold * ref) continue;
-          std::printf("%s pair %d -> %d (%s, %s -> %s): %.3f GB/s, %.2fx the %s median\n", which == 0 ? "SLOW" : "WARN slow when all run at once:", i, j,
-                      kind_name[kind(i, j)], info[static_cast<std::size_t>(i)].host.c_str(), info[static_cast<std::size_t>(j)].host.c_str(), x * 1e-9,
-                      ref > 0 ? x / ref : 0.0, kind_name[kind(i, j)]);
+          const auto& ii = info[static_cast<std::size_t>(i)];
+          const auto& ij = info[static_cast<std::size_t>(j)];
+          const std::string via = kind(i, j) == kind_verbs ? " " + ii.rdma + " -> " + ij.rdma : std::string();
+          std::printf("%s pair %d -> %d (%s%s, %s -> %s): %.3f GB/s, %.2fx the %s median\n", which == 0 ? "SLOW" : "WARN slow when all run at once:", i, j,
+                      kind_name[kind(i, j)], via.c_str(), ii.host.c_str(), ij.host.c_str(), x * 1e-9, ref > 0 ? x / ref : 0.0, kind_name[kind(i, j)]);
           if (which == 0) {
             ++slow;
             if (cross) ++slow_out[static_cast<std::size_t>(i)], ++slow_in[static_cast<std::size_t>(j)];
@@ -348,9 +376,14 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
         return s + "]";
       };
+      const auto media = [&] {
+        std::string s = "[";
+        for (std::size_t i = 0; i < kinds.size(); ++i) s += std::string(i ? ", \"" : "\"") + (i / N == i % N ? "" : kind_name[kinds[i]]) + "\"";
+        return s + "]";
+      };
       f << "{\"ranks\": " << n << ", \"bytes\": " << o.bytes << ", \"iters\": " << o.iters << ", \"threshold\": " << o.threshold
         << ",\n \"bandwidth_Bps\": " << arr(bw) << ",\n \"concurrent_Bps\": " << arr(conc) << ",\n \"latency_s\": " << arr(lat)
-        << ",\n \"slow_pairs\": [" << json_flags << "], \"slow_hosts\": [" << json_hosts << "]}\n";
+        << ",\n \"media\": " << media() << ",\n \"slow_pairs\": [" << json_flags << "], \"slow_hosts\": [" << json_hosts << "]}\n";
     }
     return slow == 0 ? 0 : 1;
   } catch (const gsync::error& e) {

@@ -220,7 +220,15 @@ struct link_traits;
 ///   system call whether the read the mesh waits for can go on (`cl.ready()`) and whether the peer
 ///   raised its failed word (`cl.peer_failed()`: 0 while it runs), the peer ringing this rank's
 ///   doorbell whenever it writes or frees room;
-/// - `link_traits<L>` gives its `costs`, `wait`, `reads_in_place` and `payload_align`.
+/// - `link_traits<L>` gives its `costs`, `wait`, `reads_in_place` and `payload_align`;
+/// - optionally, events from outside its data path (an RDMA device's asynchronous events: a port
+///   or the device failed): `cl.event_fd()`, a descriptor poll(2) reports readable when one is
+///   queued (links may share it), and `l.take_events()`, which reads them without blocking and
+///   returns a `link_io` with `err` once they say the link is lost (`link_has_events`);
+/// - optionally, `cl.where()`: where it runs, for tools and logs (an adapter and port);
+/// - optionally, `l.close_begin(peer_left)`: a link whose `close` waits for the peer (to deliver
+///   what was handed over) starts that here, so that a mesh closing many links waits once, not
+///   once per link; with `peer_left` (its control connection closed) it waits for nothing.
 /// \tparam L a link type.
 template <class L>
 concept link = std::movable<L> &&

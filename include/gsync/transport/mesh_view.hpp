@@ -83,6 +83,9 @@ class mesh_view {
   /// The medium that carries `peer`'s data ("shm", "verbs", "tcp", or an outside link's name;
   /// "" for this rank or a rank out of range).
   GSYNC_DECL std::string_view link_name(int peer) const noexcept;
+  /// Where that medium runs, when its link says ("mlx5_0:1": the verbs link's adapter and port;
+  /// "" for the others).
+  GSYNC_DECL std::string_view link_where(int peer) const noexcept;
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   GSYNC_DECL bool shm_asymmetric_fences() const noexcept;
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had

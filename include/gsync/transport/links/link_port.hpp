@@ -49,6 +49,14 @@ inline constexpr bool link_room_by_read = [] {
   else return false;
 }();
 
+/// Whether link type L reports events from outside its data path (`event_fd`, `take_events`: the
+/// `link` concept, core/concepts.hpp).
+template <class L>
+inline constexpr bool link_has_events = requires(L& l, const L& cl) {
+  { cl.event_fd() } -> std::convertible_to<int>;
+  { l.take_events() } -> std::same_as<link_io>;
+};
+
 /// Identity of a link type, without RTTI: `&link_key<L>` differs for every L.
 template <class L>
 inline constexpr char link_key = 0;
@@ -81,8 +89,16 @@ class link_port {
   virtual bool peer_gone() const = 0;
   /// Ends the link (the `link` concept's `close`).
   virtual void close() = 0;
+  /// Starts ending it (`l.close_begin`, where the link has one; else nothing).
+  virtual void close_begin(bool peer_left) = 0;
   /// Descriptor links: the descriptor poll(2) watches; -1 for doorbell links.
   virtual int fd() const = 0;
+  /// Where the link runs, when it says (`l.where()`: an adapter and port), else "".
+  virtual std::string_view where() const = 0;
+  /// The descriptor of events from outside the data path (an RDMA device's), or -1.
+  virtual int event_fd() const = 0;
+  /// Reads those events without blocking; `err` once they say the link is lost.
+  virtual link_io take_events() = 0;
   /// Doorbell links: whether the pending read can go on (false for descriptor links).
   virtual bool ready() const = 0;
   /// Doorbell links: the peer's `failed` word (0 for descriptor links).
@@ -140,9 +156,24 @@ class link_port_of final : public link_port {
   bool peek_header(frame_header& h) const override { return l_->peek_header(h); }
   bool peer_gone() const override { return l_->peer_gone(); }
   void close() override { l_->close(); }
+  void close_begin(bool peer_left) override {
+    if constexpr (requires(L& l) { l.close_begin(true); }) l_->close_begin(peer_left);
+  }
   int fd() const override {
     if constexpr (traits::wait == link_wait::descriptor) return l_->fd();
     else return -1;
+  }
+  std::string_view where() const override {
+    if constexpr (requires(const L& cl) { { cl.where() } -> std::convertible_to<std::string_view>; }) return l_->where();
+    else return {};
+  }
+  int event_fd() const override {
+    if constexpr (link_has_events<L>) return l_->event_fd();
+    else return -1;
+  }
+  link_io take_events() override {
+    if constexpr (link_has_events<L>) return l_->take_events();
+    else return {};
   }
   bool ready() const override {
     if constexpr (traits::wait == link_wait::doorbell) return l_->ready();

@@ -91,6 +91,16 @@ class verbs_link {
   bool connected() const noexcept { return peer_ring_ != 0; }
   /// The completion channel's descriptor, for the mesh's poll(2).
   int fd() const noexcept { return qp_.fd(); }
+  /// The adapter and port ("mlx5_0:1").
+  std::string_view where() const noexcept { return port_; }
+  /// The device's asynchronous event descriptor (shared by the links on the device), for the
+  /// mesh's poll(2) while it waits: a port or device error, or this queue pair's, ends the wait.
+  int event_fd() const noexcept { return dev_ ? dev_->async_fd() : -1; }
+  /// Reads the device's asynchronous events; `err` with `why` once one says this link is lost.
+  link_io take_events() {
+    watch_device();
+    return why_.empty() ? link_io{} : lost(link_io{});
+  }
   /// The queue pair (the endpoint matches asynchronous events to it).
   const verbs::queue_pair& queue() const noexcept { return qp_; }
   /// Marks the link lost by an event seen elsewhere (a fatal asynchronous event).
@@ -205,11 +215,22 @@ class verbs_link {
   }
   /// True once the queue pair failed (a completion in error, a fatal event).
   bool peer_gone() const noexcept { return !why_.empty(); }
+  /// Starts closing: posts the write whose completion says the peer has every write before it,
+  /// and starts the 2 s that `close` waits for it at most; with `peer_left`, waits for nothing.
+  void close_begin(bool peer_left) noexcept {
+    if (closing_) return;
+    closing_ = true;
+    close_by_ = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    if (peer_left) mark_failed("the peer has left");
+    else fence();
+  }
   /// Waits, at most a few seconds, until the peer has acknowledged every write posted (so that
   /// what was handed over arrives, as a closed socket still delivers its data), then destroys the
   /// queue pair and frees the rings.
   void close() noexcept {
-    drain(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    close_begin(false);
+    drain();
+    closing_ = false;
     qp_ = verbs::queue_pair{};
     ring_ = verbs::registered{};
     mirror_ = verbs::registered{};
@@ -301,11 +322,12 @@ class verbs_link {
   }
 
   // A signaled zero-length write (no immediate: it takes no receive) completes after every write
-  // before it: polled for until then or `until`.
-  void drain(std::chrono::steady_clock::time_point until) noexcept {
+  // before it (`fence`); `drain` polls for that until `close_by_`.
+  void fence() noexcept {
+    fence_seq_ = 0;
     if (!connected() || !why_.empty() || !qp_.cq() || send_done_ == send_posted_) return;
     try {
-      while (!send_budget(1) && why_.empty() && std::chrono::steady_clock::now() < until) poll();
+      while (!send_budget(1) && why_.empty() && std::chrono::steady_clock::now() < close_by_) poll();
       if (!why_.empty() || !send_budget(1)) return;
       ibv_send_wr wr{};
       ibv_send_wr* bad = nullptr;
@@ -315,9 +337,14 @@ class verbs_link {
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.wr.rdma.remote_addr = peer_ring_;
       wr.wr.rdma.rkey = peer_rkey_;
-      if (ibv_post_send(qp_.qp(), &wr, &bad) != 0) return;
-      while (send_done_ < seq && why_.empty() && std::chrono::steady_clock::now() < until) poll();
+      if (ibv_post_send(qp_.qp(), &wr, &bad) == 0) fence_seq_ = seq;
     } catch (...) {  // poll's messages allocate; closing goes on regardless
+    }
+  }
+  void drain() noexcept {
+    try {
+      while (fence_seq_ && send_done_ < fence_seq_ && why_.empty() && std::chrono::steady_clock::now() < close_by_) poll();
+    } catch (...) {
     }
   }
 
@@ -462,6 +489,9 @@ class verbs_link {
   std::uint64_t arrived_ = 0, read_ = 0, reposted_ = 0, noticed_read_ = 0, noticed_reposts_ = 0;
   std::uint64_t data_writes_ = 0, notices_ = 0;
   bool armed_ = false;
+  bool closing_ = false;
+  std::uint64_t fence_seq_ = 0;  // the closing write's request, 0 when none is awaited
+  std::chrono::steady_clock::time_point close_by_{};
   std::uint32_t polls_ = 0;  // the device's events are looked at every 256 polls
   std::string why_;  // why the link is lost ("" while it works)
 };

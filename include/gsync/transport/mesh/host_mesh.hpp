@@ -107,6 +107,7 @@ class host_mesh {
   /// True when `peer` is reached through shared memory.
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->costs.shared_memory; }
   std::string_view link_name(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->name; }
+  std::string_view link_where(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->where(); }
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
@@ -249,6 +250,7 @@ class host_mesh {
   };
   bool pump_peer(int peer);
   void pump_descriptors();
+  void take_link_events(int peer);
   bool pump_doorbells();
   bool bell_ready(int peer);
   bool bell_progress(int in_peer);
@@ -272,7 +274,7 @@ class host_mesh {
   // Waiting (progress.ipp).
   void wait_progress(int in_peer, deadline dl, message_id id, std::size_t expect = SIZE_MAX);
   void checkpoint(int in_peer, message_id id, deadline dl);
-  void watch_links(waiter::poll_set& ps, int in_peer);
+  bool watch_links(waiter::poll_set& ps, int in_peer);
   void watch_closes(waiter::poll_set& ps, int in_peer);
   void bell_block(int in_peer, deadline dl, message_id id, int max_sleep_ms = 100, bool sockets = false);
   void watch_idle_sockets(message_id id);

@@ -30,6 +30,19 @@ inline bool host_mesh::pump_peer(int peer) {
   return pump_link(peer, data_link(peer));
 }
 
+// Events from outside the data paths came on `peer`'s link's event descriptor (an RDMA device's
+// asynchronous events): every link on that descriptor reads them; the first one lost fails.
+inline void host_mesh::take_link_events(int peer) {
+  const int fd = data_link(peer).event_fd();
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !peers_[p].data || peers_[p].data->event_fd() != fd) continue;
+    const link_io io = peers_[p].data->take_events();
+    if (io.err) [[unlikely]]
+      lost(p, "rank " + std::to_string(rank_) + ": link to rank " + std::to_string(p) + " lost (" +
+                  (io.why ? std::string(io.why) : detail::errno_text(io.err)) + ")", p);
+  }
+}
+
 // pump_peer() for every peer waited for by descriptor with queued sends.
 inline void host_mesh::pump_descriptors() {
   for (int p = 0; p < size_; ++p)

@@ -42,7 +42,9 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
   }
   waiter::poll_set& ps = waiter::thread_set();
   ps.clear();
-  watch_links(ps, in_peer);
+  // A wait for queued sends only (a flush) that the pumps before the sleep moved on is over: the
+  // caller looks again (sleeping instead cost up to the poll's cap with nothing to wait for).
+  if (watch_links(ps, in_peer) && in_peer < 0) return;
   watch_dialers(ps, in_peer);
   const auto unl = [this](auto&& f) { shared_.unlocked(f); };
   const auto bell_came = [&] { return bell_wait && bell_progress(in_peer); };
@@ -84,7 +86,19 @@ inline void host_mesh::wait_progress(int in_peer, deadline dl, message_id id, st
     } else if (who < 0) {
       continue;  // the dialers' (serve_dialers below)
     } else if (i >= watch_from) {
-      if (ev & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(who, id);
+      if (ev & POLLIN) take_link_events(who);  // only event descriptors are watched for input here
+      if (ev & (POLLRDHUP | POLLHUP | POLLERR)) {
+        // A peer whose data link is not its TCP connection (verbs) closed that connection while
+        // frames for it wait for room in its ring: it takes no more (a TCP peer's closed socket
+        // fails the send instead; this wait's descriptor for it, a completion channel, never would).
+        if (separate_control(who) && !peers_[who].q().empty()) {
+          peers_[who].tcp().mark_closed();
+          lost(who, "rank " + std::to_string(rank_) + ": rank " + std::to_string(who) + " closed its connection (it exited, crashed or failed)" +
+                        (id.seq ? " during " + gsync::detail::op_label(id.seq) : std::string()) + " before taking the data sent to it",
+               who);
+        }
+        closed_elsewhere(who, id);
+      }
     } else if ((ev & (POLLOUT | POLLERR | POLLHUP | (data_link(who).room_by_read ? POLLIN : 0))) && !peers_[who].q().empty()) {
       pump_peer(who);
     }
@@ -105,18 +119,20 @@ inline void host_mesh::checkpoint(int in_peer, message_id id, deadline dl) {
 }
 
 // The links a wait on descriptors watches: in_peer's for its data, and every descriptor link with
-// queued sends for room.
-inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
+// queued sends for room. True when pumping a link on the way moved bytes.
+inline bool host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
   if (in_peer >= 0) ps.add(data_fd(in_peer), POLLIN, in_peer);
+  bool moved = false;
   for (int p = 0; p < size_; ++p)
     if (!peers_[p].by_doorbell() && !peers_[p].q().empty() && !unconnected(p)) {  // unconnected: its frames wait for it to dial
       // A completion channel signals only completions that come after the link asked for one:
       // room that another call took meanwhile is used, and the channel armed, before the sleep.
-      if (data_link(p).room_by_read && (pump_peer(p), peers_[p].q().empty())) continue;
+      if (data_link(p).room_by_read && ((moved = pump_peer(p) || moved), peers_[p].q().empty())) continue;
       const short room = data_link(p).room_by_read ? POLLIN : POLLOUT;  // a completion channel: room comes as a completion
       if (p == in_peer) ps.fds[0].events |= room;
       else ps.add(data_fd(p), room, p);
     }
+  return moved;
 }
 
 // While blocked, also watch every other TCP peer for a close: one that failed (a mismatch it
@@ -125,9 +141,21 @@ inline void host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
 // record and is not watched again.
 inline void host_mesh::watch_closes(waiter::poll_set& ps, int in_peer) {
   for (int p = 0; p < size_; ++p)
-    if (p != rank_ && p != in_peer && watchable(p)) ps.add(peers_[p].tcp().fd(), POLLRDHUP, p);
+    if (p != rank_ && p != in_peer && (watchable(p) || (separate_control(p) && !peers_[p].tcp().seen_closed() && !peers_[p].q().empty())))
+      ps.add(peers_[p].tcp().fd(), POLLRDHUP, p);  // (one with queued sends: see wait_progress)
   if (in_peer >= 0 && separate_control(in_peer) && !peers_[in_peer].tcp().seen_closed())
     ps.add(peers_[in_peer].tcp().fd(), POLLRDHUP, in_peer);  // its data comes another way
+  // Events from outside the links' data paths (an RDMA device's: a port or the device failed),
+  // each descriptor once (the links on a device share it; a few devices are remembered).
+  int seen[4];
+  int n_seen = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !peers_[p].data) continue;
+    const int fd = peers_[p].data->event_fd();
+    if (fd < 0 || std::find(seen, seen + n_seen, fd) != seen + n_seen) continue;
+    if (n_seen < 4) seen[n_seen++] = fd;
+    ps.add(fd, POLLIN, p);
+  }
 }
 
 // A wait that involves only doorbell peers: spin, then sleep on this rank's doorbell (at most
@@ -195,8 +223,10 @@ inline void host_mesh::watch_idle_sockets(message_id id) {
   ps.clear();
   watch_closes(ps, -1);
   if (ps.size() == 0 || ::poll(ps.fds.data(), ps.size(), 0) <= 0) return;
-  for (std::size_t i = 0; i < ps.size(); ++i)
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps.fds[i].revents & POLLIN) take_link_events(ps.idx[i]);
     if (ps.fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) closed_elsewhere(ps.idx[i], id);
+  }
 }
 
 }  // namespace gsync::transport

@@ -165,7 +165,10 @@ inline host_mesh::~host_mesh() {
   if (doorbell_owner* own = bell_owner())  // same-host peers still waiting for this rank learn at once that it is gone
     own->mark_failed(fs_.broken() ? own->bell().failed.load(std::memory_order_relaxed) : shm_left | static_cast<std::uint32_t>(rank_ + 1));
   // Data links of their own (verbs) first: they deliver what was handed over before the TCP
-  // connection's close tells the peer this rank has gone.
+  // connection's close tells the peer this rank has gone. All start at once (one wait for the
+  // peers' acknowledgements, not one per link); a peer that closed its connection is not waited for.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && separate_control(p)) peers_[p].data->close_begin(peers_[p].tcp().seen_closed() || peers_[p].tcp().peer_gone());
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && separate_control(p)) peers_[p].data->close();
   for (auto& p : peers_) p.tcp().close();
