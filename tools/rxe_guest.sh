@@ -76,7 +76,17 @@ mkdir -p /sys /dev /newroot; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 for m in \$(cat /m/order); do insmod /m/\$m.ko || echo "rxe_guest: insmod \$m failed"; done
 o=trans=virtio,version=9p2000.L,msize=512000
 mount -t 9p -o \$o,ro,cache=loose hostroot /newroot || { echo "rxe_guest: cannot mount the host's root"; echo o >/proc/sysrq-trigger; }
-for d in tmp run var/tmp; do mount -t tmpfs tmpfs /newroot/\$d; done
+# Fresh tmpfs for /tmp, /var/tmp and /run; the host's directories under /tmp and /var/tmp stay
+# visible in them, read-only (a tree cloned into /tmp, as CI's may be).
+for d in tmp var/tmp; do
+  mkdir -p /hold/\$d; mount -o bind /newroot/\$d /hold/\$d
+  mount -t tmpfs -o mode=1777 tmpfs /newroot/\$d
+  for e in /hold/\$d/*; do
+    [ -d "\$e" ] && [ ! -L "\$e" ] || continue
+    mkdir -p "/newroot/\$d/\${e##*/}" && mount -o bind "\$e" "/newroot/\$d/\${e##*/}"
+  done
+done
+mount -t tmpfs tmpfs /newroot/run
 mount -t devtmpfs dev /newroot/dev; mkdir -p /newroot/dev/shm /newroot/dev/pts
 mount -t tmpfs -o mode=1777 shm /newroot/dev/shm; mount -t devpts devpts /newroot/dev/pts
 mount -t proc proc /newroot/proc; mount -t sysfs sys /newroot/sys
