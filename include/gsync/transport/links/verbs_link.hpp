@@ -418,9 +418,7 @@ class verbs_link {
   // once more (a completion that came before the request raises no event). True when that look
   // took completions: the caller goes on with them instead of sleeping.
   bool arm_if_idle() {
-    if (armed_ || !qp_.cq() || !why_.empty()) return false;
-    watch_device();
-    if (!why_.empty()) return false;
+    if (armed_ || !qp_.cq() || !why_.empty()) return false;  // (the device's events wake the sleep itself: event_fd)
     if (ibv_req_notify_cq(qp_.cq(), 0) != 0) {
       fail("ibv_req_notify_cq failed");
       return false;
