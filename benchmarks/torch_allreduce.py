@@ -13,7 +13,6 @@ OUT/results.md.
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -30,10 +29,10 @@ def size_of(s):
     return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    # The parent serves the store on a port the kernel picks; a port found free and bound later by a child races
+    # with every other program on the machine.
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
 
 
 def iters_for(nbytes):
@@ -45,7 +44,7 @@ def worker(rank, world, backend, port, sizes, q):
         if backend == "gsync":
             import gsync_torch  # noqa: F401
         torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=120))
+        store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timedelta(seconds=120))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=120))
         times = {}
         for nbytes in sizes:
@@ -68,7 +67,8 @@ def worker(rank, world, backend, port, sizes, q):
 def run(backend, world, sizes):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    port = free_port()
+    server = store_server()
+    port = server.port
     procs = [ctx.Process(target=worker, args=(r, world, backend, port, sizes, q)) for r in range(world)]
     for p in procs:
         p.start()

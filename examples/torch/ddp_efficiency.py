@@ -17,7 +17,6 @@ Writes OUT/results.json, OUT/results.md and OUT/efficiency.svg (both figures aga
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from datetime import timedelta
@@ -27,10 +26,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    # The parent serves the store on a port the kernel picks; a port found free and bound later by a child races
+    # with every other program on the machine.
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
 
 
 def build_model(width):
@@ -47,7 +46,7 @@ def worker(rank, world, backend, port, a, q):
         if backend == "gsync":
             import gsync_torch  # noqa: F401  registers "gsync"
         torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=120))
+        store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timedelta(seconds=120))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=120))
         model = torch.nn.parallel.DistributedDataParallel(build_model(a.width), bucket_cap_mb=a.bucket_mb)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -103,7 +102,8 @@ def worker(rank, world, backend, port, a, q):
 def run(backend, world, a):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    port = free_port()
+    server = store_server()
+    port = server.port
     procs = [ctx.Process(target=worker, args=(r, world, backend, port, a, q)) for r in range(world)]
     for p in procs:
         p.start()

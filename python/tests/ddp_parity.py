@@ -8,7 +8,6 @@ bit for bit at 2 ranks (both sum two values, in either order the same), beyond w
 largest parameter's magnitude (the backends add in different orders). Exit 0 when they agree.
 """
 import argparse
-import socket
 import sys
 from datetime import timedelta
 
@@ -17,10 +16,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    # The parent serves the store on a port the kernel picks; a port found free and bound later by a child races
+    # with every other program on the machine.
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
 
 
 def model():
@@ -33,7 +32,7 @@ def train(rank, world, backend, port, steps, q):
     try:
         if backend == "gsync":
             import gsync_torch  # noqa: F401
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=60))
+        store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timedelta(seconds=60))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=60))
         torch.set_num_threads(1)
         m = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.05)
@@ -56,7 +55,8 @@ def train(rank, world, backend, port, steps, q):
 def run(backend, world, steps):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    port = free_port()
+    server = store_server()
+    port = server.port
     procs = [ctx.Process(target=train, args=(r, world, backend, port, steps, q)) for r in range(world)]
     for p in procs:
         p.start()

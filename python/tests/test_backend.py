@@ -11,7 +11,6 @@ that found a difference.
 """
 import argparse
 import os
-import socket
 import sys
 import threading
 import traceback
@@ -27,10 +26,10 @@ OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.R
        "BAND": dist.ReduceOp.BAND, "BOR": dist.ReduceOp.BOR, "BXOR": dist.ReduceOp.BXOR}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    # The parent serves the store on a port the kernel picks; a port found free and bound later by a child races
+    # with every other program on the machine.
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
 
 
 def values(rank, n, dtype, salt=0):
@@ -273,7 +272,7 @@ def run_errors(c, rank, world):
 def worker(rank, world, port, q):
     try:
         import gsync_torch
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=60))
+        store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timedelta(seconds=60))
         dist.init_process_group("gsync", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=60))
         c = Checker(rank)
         assert dist.get_backend() == "gsync"
@@ -302,7 +301,8 @@ def main():
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    port = free_port()
+    server = store_server()
+    port = server.port
     procs = [ctx.Process(target=worker, args=(r, a.world, port, q)) for r in range(a.world)]
     for p in procs:
         p.start()

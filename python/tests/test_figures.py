@@ -11,7 +11,6 @@ and with it the step's exposed communication, is known; rank 0 checks its figure
 and, for each, the share and the speedup they imply (2 x (1 - exposed / step)). Exit status: 1
 when a figure is outside its bounds.
 """
-import socket
 import sys
 import time
 import traceback
@@ -24,17 +23,17 @@ import torch.multiprocessing as mp
 TOL = 0.1  # seconds: scheduling on a loaded machine
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    # The parent serves the store on a port the kernel picks; a port found free and bound later by a child races
+    # with every other program on the machine.
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
 
 
 def worker(rank, port, q):
     bad = 0
     try:
         import gsync_torch
-        store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))
+        store = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timedelta(seconds=60))
         dist.init_process_group("gsync", store=store, rank=rank, world_size=2, timeout=timedelta(seconds=60))
         t = torch.ones(1000)
         dist.all_reduce(t)  # connected and warm
@@ -80,7 +79,8 @@ def worker(rank, port, q):
 def main():
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    port = free_port()
+    server = store_server()
+    port = server.port
     procs = [ctx.Process(target=worker, args=(r, port, q)) for r in range(2)]
     for p in procs:
         p.start()
