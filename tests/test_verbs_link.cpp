@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <gsync/send_recv.hpp>
+
 #include "support/allreduce_sweep.hpp"
 #include "support/env.hpp"
 #include "support/verbs_world.hpp"
@@ -123,6 +125,38 @@ TEST_CASE("verbs link: a mismatched call and a peer that leaves are gsync errors
   const auto [lost, took] = leaver_reports([](int n, auto body, const gsync::config& c) { run_verbs(n, body, c); }, cfg);
   CHECK(lost == 1);
   CHECK(took < std::chrono::seconds(15));  // noticed, not timed out
+}
+
+TEST_CASE("verbs link: frames for a peer seen leaving while this rank waited elsewhere fail at once, not at the timeout") {
+  gsync::config cfg = test_config();
+  cfg.timeout = std::chrono::seconds(30);
+  std::mutex m;
+  std::string what;
+  gsync::errc code{};
+  std::chrono::milliseconds took{-1};
+  run_verbs(3, [&](auto& comm, world_sync&) {
+    if (comm.rank() == 1) return;  // leaves at once (no failure record): its connections close
+    std::vector<float> v(8 << 20);  // 32 MiB: more than the departed peer's ring takes
+    if (comm.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      gsync::send(comm, std::span<const float>(v.data(), 1), 0, 5);
+      return;
+    }
+    gsync::recv(comm, std::span<float>(v.data(), 1), 2, 5);  // rank 1's close is seen meanwhile
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      gsync::send(comm, std::span<const float>(v), 1, 6);
+    } catch (const gsync::error& e) {
+      std::lock_guard lk(m);
+      what = e.what();
+      code = e.code();
+    }
+    took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  }, cfg, [](int r) { return std::string(r == 1 ? "ib-b" : "ib-a"); });
+  CAPTURE(what);
+  CHECK(code == gsync::errc::peer_lost);
+  CHECK(what.find("closed its connection") != std::string::npos);
+  CHECK(took < std::chrono::seconds(5));
 }
 
 TEST_CASE("verbs link: a queue pair in error loses the link, naming the peer, the status and the vendor code") {

@@ -49,6 +49,7 @@
 #include "gsync/core/error.hpp"
 #include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/core/memory_registration.hpp"
 #include "gsync/core/op_numbering.hpp"
 #include "gsync/core/shrink_terms.hpp"
 #include "gsync/core/progress_engine.hpp"
@@ -74,6 +75,14 @@ struct op_ticket {
 template <class X>
 concept abortable_transport = requires(X& x, const std::string& why) {
   { x.abort(why) } noexcept;
+};
+
+/// A transport that registers user buffers with its RDMA adapters, for sends from them without a
+/// copy (`x.register_memory(bytes)`; core/memory_registration.hpp).
+/// \tparam X a transport type.
+template <class X>
+concept registering_transport = requires(X& x, std::span<const std::byte> b) {
+  { x.register_memory(b) } -> std::same_as<memory_registration>;
 };
 
 /// A transport that wants to hear when an operation has ended (on the thread that ran it), e.g.
@@ -253,6 +262,28 @@ class communicator {
   }
   /// True once `abort` was called.
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
+  /// Registers `buf` for sends without a copy between hosts, as ncclCommRegister does: while the
+  /// handle lives, payloads from inside it go from where they lie to the RDMA adapter; its end
+  /// deregisters. The buffer must stay allocated while the handle lives (a registration pins the
+  /// pages it had: core/memory_registration.hpp). Local to this rank, not collective; waits until
+  /// pending asynchronous operations have finished. Where no link registers memory (one host,
+  /// TCP, shared memory), it registers nothing: `adapters() == 0`, and sends copy as before.
+  /// \code
+  ///   std::vector<float> grads(n);
+  ///   auto reg = comm.register_memory(std::span(grads));
+  ///   gsync::allreduce(comm, std::span(grads));  // across hosts: from grads, without a copy
+  /// \endcode
+  template <class T>
+  [[nodiscard]] memory_registration register_memory(std::span<T> buf) {
+    quiesce();
+    if constexpr (registering_transport<X>) return x_->register_memory(std::as_bytes(buf));
+    else return memory_registration(std::as_bytes(buf), {});
+  }
+  /// `register_memory` of `bytes` bytes at `p` (a tensor's storage, say).
+  [[nodiscard]] memory_registration register_memory(const void* p, std::size_t bytes) {
+    return register_memory(std::span<const std::byte>(static_cast<const std::byte*>(p), bytes));
+  }
 
   /// Pipelining unit of segmented schedules, in bytes.
   std::size_t segment_bytes() const noexcept { return cfg_.segment_bytes; }

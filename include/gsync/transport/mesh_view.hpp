@@ -25,6 +25,7 @@
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/health.hpp"
 #include "gsync/core/log.hpp"
+#include "gsync/core/memory_registration.hpp"
 #include "gsync/core/topology.hpp"
 #include "gsync/detail/build_mode.hpp"
 #include "gsync/detail/function_ref.hpp"
@@ -86,6 +87,10 @@ class mesh_view {
   /// Where that medium runs, when its link says ("mlx5_0:1": the verbs link's adapter and port;
   /// "" for the others).
   GSYNC_DECL std::string_view link_where(int peer) const noexcept;
+  /// Registers `bytes` with every RDMA adapter this rank's links use, for sends from it without a
+  /// copy while the handle lives (`registering_transport`; core/memory_registration.hpp). Local to
+  /// this rank (not collective); the links are the job's, shared by every view.
+  GSYNC_DECL memory_registration register_memory(std::span<const std::byte> bytes);
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   GSYNC_DECL bool shm_asymmetric_fences() const noexcept;
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had

@@ -7,6 +7,7 @@
 /// takes the peer's `qp_address`, exchanged through the store. Set-up code, non-templated.
 
 #include "gsync/verbs/discovery.hpp"
+#include "gsync/verbs/user_memory.hpp"
 
 #if GSYNC_HAVE_VERBS
 #include <fcntl.h>
@@ -18,7 +19,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,8 +54,19 @@ inline std::string wc_status_text(const library& lib, int status) {
   return s ? s : "status " + std::to_string(status);
 }
 
-/// An opened port: context, protection domain, and the port's facts. Owns both.
-class device {
+/// Why a registration failed with ENOMEM, when the locked-memory limit is the likely cause.
+inline std::string memlock_hint(int e) {
+  if (e != ENOMEM && e != EPERM) return {};
+  rlimit r{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return {};
+  return " (RLIMIT_MEMLOCK is " + std::to_string(r.rlim_cur / 1024) +
+         " KiB: registered memory is locked; raise it with `ulimit -l unlimited`, `memlock` in "
+         "/etc/security/limits.conf, or `docker run --ulimit memlock=-1:-1`)";
+}
+
+/// An opened port: context, protection domain, and the port's facts. Owns both. Made shared
+/// (its links and the user buffers registered with it keep it).
+class device : public std::enable_shared_from_this<device> {
  public:
   device(const library& lib, const port_info& port) : lib_(&lib), port_(port) {
     int n = 0;
@@ -94,6 +108,16 @@ class device {
   const port_info& port() const noexcept { return port_; }
   /// The descriptor asynchronous events arrive on (readable when one is queued).
   int async_fd() const noexcept { return ctx_->async_fd; }
+
+  /// A registration of the user's `bytes` with this device (a live one covering them, or a new
+  /// one), alive while the result is; see verbs/user_memory.hpp.
+  std::shared_ptr<const user_region> register_user(std::span<const std::byte> bytes) const {
+    return regions_.add(bytes, [&] {
+      return std::make_shared<const user_region>(*lib_, pd_, shared_from_this(), bytes, port_.name(), &memlock_hint);
+    });
+  }
+  /// The user buffers registered with this device, by address (the link looks payloads up).
+  const region_registry& regions() const noexcept { return regions_; }
 
   /// Reads the asynchronous events queued on the device without blocking, and keeps what they
   /// say: a fatal one for the device or this port (every link on it is lost), or one for a queue
@@ -140,6 +164,7 @@ class device {
   mutable std::mutex m_;  // the events seen (watched from the links' threads)
   mutable std::string fatal_;
   mutable std::vector<std::pair<std::uint32_t, std::string>> qp_errors_;
+  mutable region_registry regions_;
 };
 
 /// Page-aligned memory registered with a device (zeroed). Owns both.
@@ -178,16 +203,6 @@ class registered {
   std::uint32_t lkey() const noexcept { return mr_->lkey; }
   std::uint32_t rkey() const noexcept { return mr_->rkey; }
   std::uint64_t addr() const noexcept { return reinterpret_cast<std::uintptr_t>(mem_); }
-
-  /// Why a registration failed with ENOMEM, when the locked-memory limit is the likely cause.
-  static std::string memlock_hint(int e) {
-    if (e != ENOMEM && e != EPERM) return {};
-    rlimit r{};
-    if (::getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return {};
-    return " (RLIMIT_MEMLOCK is " + std::to_string(r.rlim_cur / 1024) +
-           " KiB: registered memory is locked; raise it with `ulimit -l unlimited`, `memlock` in "
-           "/etc/security/limits.conf, or `docker run --ulimit memlock=-1:-1`)";
-  }
 
  private:
   void release() noexcept {
@@ -228,7 +243,7 @@ class queue_pair {
     a.sq_sig_all = 0;
     a.cap.max_send_wr = static_cast<std::uint32_t>(s.send_depth);
     a.cap.max_recv_wr = static_cast<std::uint32_t>(s.recv_depth);
-    a.cap.max_send_sge = 1;
+    a.cap.max_send_sge = 2;  // a zero-copy write: the header from the mirror, the payload from a user buffer
     a.cap.max_recv_sge = 1;
     a.cap.max_inline_data = static_cast<std::uint32_t>(s.max_inline);
     qp_ = lib_->create_qp(d.pd(), &a);

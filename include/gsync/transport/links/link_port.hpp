@@ -99,6 +99,9 @@ class link_port {
   virtual int event_fd() const = 0;
   /// Reads those events without blocking; `err` once they say the link is lost.
   virtual link_io take_events() = 0;
+  /// Registers a user buffer with the link's device (`l.register_memory(bytes)`, where the link has
+  /// one): what keeps the registration, or null.
+  virtual std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) = 0;
   /// Doorbell links: whether the pending read can go on (false for descriptor links).
   virtual bool ready() const = 0;
   /// Doorbell links: the peer's `failed` word (0 for descriptor links).
@@ -174,6 +177,11 @@ class link_port_of final : public link_port {
   link_io take_events() override {
     if constexpr (link_has_events<L>) return l_->take_events();
     else return {};
+  }
+  std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) override {
+    if constexpr (requires(L& l) { { l.register_memory(bytes) } -> std::convertible_to<std::shared_ptr<const void>>; })
+      return l_->register_memory(bytes);
+    else return nullptr;
   }
   bool ready() const override {
     if constexpr (traits::wait == link_wait::doorbell) return l_->ready();

@@ -12,6 +12,10 @@
 /// receives (no receive-not-ready storms), nothing is queued without bound, and every arrival,
 /// data or notice, is a completion on the link's own completion queue, whose channel's
 /// descriptor the mesh polls like a socket.
+/// A payload of at least `zero_copy_min` bytes inside a buffer the caller registered
+/// (`communicator::register_memory`; verbs/user_memory.hpp) skips the mirror: the write gathers the
+/// header from the mirror and the payload from where it lies, and the frame is complete only when
+/// that write's completion says the peer has it (until then the caller's bytes stay in use).
 /// Liveness and failure notices stay on the pair's TCP connection (the mesh's); a completion in
 /// error loses the link with the status and vendor code named (`link_io::why`).
 /// Set-up (device, queue pair, the exchange through the store): verbs_endpoint.hpp.
@@ -47,6 +51,9 @@ class verbs_link {
  public:
   using frame = frame_header;
   static constexpr std::string_view name = "verbs";
+  /// Payloads from this size up are written from a registered user buffer without a copy; below
+  /// it the copy costs less than waiting for the write's completion.
+  static constexpr std::size_t zero_copy_min = 32 << 10;
   /// Frames posted and not yet wholly written into the peer's ring.
   std::deque<send_op> q;
 
@@ -108,36 +115,46 @@ class verbs_link {
     if (why_.empty()) why_ = std::move(why);
   }
 
+  /// Registers `bytes` with this link's device for zero-copy sends (see the file comment); the
+  /// registration lasts while the result (or a write reading the buffer) does. Null when closed.
+  std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) const {
+    return dev_ ? std::shared_ptr<const void>(dev_->register_user(bytes)) : nullptr;
+  }
+
   /// Posts a frame: queued; `pump` writes it.
   void post(const frame_header& h, const std::byte* p, std::size_t n) { q.push_back(send_op{h, p, n, 0}); }
   /// Writes the frame at once when nothing is queued and the peer's ring has room for all of it.
   bool post_direct(const frame_header& h, const std::byte* p, std::size_t n) {
-    if (!q.empty() || !why_.empty() || !connected()) return false;
+    if (!q.empty() || !why_.empty() || !connected() || user_region_for(p, n)) return false;  // zero-copy: through the queue
     poll();
     // Whole or not at all: at most two writes (one at the ring's end), and a notice's slot kept.
     // Otherwise the frame is queued, and the mesh pumps it (and arms the channel) before it sleeps.
     if (room() < frame_bytes(n) || !imm_budget(3) || !send_budget(3)) return false;
     send_op op{h, p, n, 0};
-    write_some(op);
+    write_some(op, nullptr);
     return true;
   }
 
   /// Writes as much of the queue into the peer's ring as it has room for; adds the frames whose
   /// bytes are all written to `completed` (the caller's buffers are free then: the bytes are in
-  /// the mirror). `err` with `why` once the link is lost.
+  /// the mirror), a zero-copy frame once its last write has completed. `err` with `why` once the
+  /// link is lost.
   link_io pump(std::size_t& completed) {
     link_io io;
     poll();
     if (!why_.empty()) return lost(io);
     for (;;) {
-      while (!q.empty() && connected()) {
-        send_op& op = q.front();
+      retire(completed);
+      while (q.size() > written_.size() && connected()) {
+        send_op& op = q[written_.size()];
+        if (op.done == 0) cur_region_ = user_region_for(op.p, op.n);  // (a frame not started may be another by now)
         const std::size_t before = op.done;
-        if (!write_some(op)) break;
+        if (!write_some(op, cur_region_.get())) break;
         io.bytes += op.done - before;
         if (op.done != sizeof(frame_header) + op.n) break;
-        q.pop_front();
-        ++completed;
+        const std::uint64_t wait_for = cur_region_ ? last_user_write_ : 0;
+        written_.push_back(in_flight{std::move(cur_region_), wait_for});
+        retire(completed);
       }
       // Before the mesh sleeps on the descriptor; a notice taken on the way may have freed room.
       if (q.empty() || !arm_if_idle()) break;
@@ -232,17 +249,20 @@ class verbs_link {
     drain();
     closing_ = false;
     qp_ = verbs::queue_pair{};
+    written_.clear();  // the user buffers' registrations end after the queue pair that read them
+    cur_region_.reset();
     ring_ = verbs::registered{};
     mirror_ = verbs::registered{};
     peer_ring_ = 0;
     dev_.reset();
   }
 
-  /// Sends and receives counted so far (tests and reports).
+  /// Sends and receives counted so far (tests and reports): writes of frames (those that read a
+  /// registered user buffer among them), notices, ring bytes.
   struct counts {
-    std::uint64_t data_writes = 0, notices = 0, ring_bytes = 0;
+    std::uint64_t data_writes = 0, notices = 0, ring_bytes = 0, zero_copy_writes = 0;
   };
-  counts sent() const noexcept { return {data_writes_, notices_, sent_}; }
+  counts sent() const noexcept { return {data_writes_, notices_, sent_, zero_copy_writes_}; }
 
  private:
   static constexpr std::uint32_t notice_bit = 0x80000000u;
@@ -261,10 +281,25 @@ class verbs_link {
     return send_posted_ + k - send_done_ <= static_cast<std::uint64_t>(qp_.settings().send_depth);
   }
 
+  // The registration of a payload worth writing without a copy, or null.
+  std::shared_ptr<const verbs::user_region> user_region_for(const std::byte* p, std::size_t n) const {
+    return dev_ && p && n >= zero_copy_min ? dev_->regions().find(p, n) : nullptr;
+  }
+  // Pops the frames wholly written from the front of the queue, up to the first zero-copy one
+  // whose last write has not completed.
+  void retire(std::size_t& completed) {
+    while (!written_.empty() && !q.empty() && (written_.front().last_write == 0 || send_done_ >= written_.front().last_write)) {
+      written_.pop_front();
+      q.pop_front();
+      ++completed;
+    }
+  }
+
   // Writes what the peer's ring has room for of `op` (from op.done on), at most up to the ring's
   // end per write. The last write of a frame also counts the padding to the next 64-byte boundary.
+  // Payload bytes come from `user` (registered) where given, else through the mirror.
   // False when nothing could be written.
-  bool write_some(send_op& op) {
+  bool write_some(send_op& op, const verbs::user_region* user) {
     const std::size_t total = sizeof(frame_header) + op.n;
     bool any = false;
     while (op.done < total) {
@@ -284,10 +319,16 @@ class verbs_link {
         std::memcpy(mirror_.data() + at, reinterpret_cast<const std::byte*>(&op.h) + op.done, hk);
         k = hk;
       }
-      if (k < len) std::memcpy(mirror_.data() + at + k, op.p + (op.done + k - sizeof(frame_header)), len - k);
       const bool ends = op.done + len == total;
       const std::uint32_t adv = static_cast<std::uint32_t>(len + (ends ? pad : 0));
-      post_write(mirror_.data() + at, len, peer_ring_ + at, adv);
+      if (user && k < len) {  // header bytes (if any) from the mirror, the payload from where it lies
+        const std::byte* from = op.p + (op.done + k - sizeof(frame_header));
+        last_user_write_ = post_write(mirror_.data() + at, k, peer_ring_ + at, adv, /*signal=*/ends, from, len - k, user->lkey());
+        ++zero_copy_writes_;
+      } else {
+        if (k < len) std::memcpy(mirror_.data() + at + k, op.p + (op.done + k - sizeof(frame_header)), len - k);
+        post_write(mirror_.data() + at, len, peer_ring_ + at, adv);
+      }
       op.done += len;
       sent_ += adv;
       ++data_writes_;
@@ -297,28 +338,32 @@ class verbs_link {
   }
 
   // One RDMA write with immediate `imm` (host order here, network order on the wire) of `len`
-  // bytes from the mirror at `src` to the peer's ring at `dst`.
-  void post_write(const std::byte* src, std::size_t len, std::uint64_t dst, std::uint32_t imm) {
-    ibv_sge sge{};
-    sge.addr = reinterpret_cast<std::uintptr_t>(src);
-    sge.length = static_cast<std::uint32_t>(len);
-    sge.lkey = mirror_.lkey();
+  // bytes from the mirror at `src`, then `ulen` bytes from `usrc` (a user registration, `ukey`), to
+  // the peer's ring at `dst`; signaled when `signal` says so, or as the quarter rule below does.
+  // Returns the request's number.
+  std::uint64_t post_write(const std::byte* src, std::size_t len, std::uint64_t dst, std::uint32_t imm, bool signal = false,
+                           const std::byte* usrc = nullptr, std::size_t ulen = 0, std::uint32_t ukey = 0) {
+    ibv_sge sge[2]{};
+    int n = 0;
+    if (len) sge[n++] = ibv_sge{reinterpret_cast<std::uintptr_t>(src), static_cast<std::uint32_t>(len), mirror_.lkey()};
+    if (ulen) sge[n++] = ibv_sge{reinterpret_cast<std::uintptr_t>(usrc), static_cast<std::uint32_t>(ulen), ukey};
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
     const std::uint64_t seq = ++send_posted_;
     wr.wr_id = seq;
-    wr.sg_list = len ? &sge : nullptr;
-    wr.num_sge = len ? 1 : 0;
+    wr.sg_list = n ? sge : nullptr;
+    wr.num_sge = n;
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.imm_data = htonl(imm);
     wr.wr.rdma.remote_addr = dst;
     wr.wr.rdma.rkey = peer_rkey_;
     // Signal one request in a quarter of the send queue: its completion frees those before it.
     const int every = std::max(1, qp_.settings().send_depth / 4);
-    if (seq % static_cast<std::uint64_t>(every) == 0) wr.send_flags |= IBV_SEND_SIGNALED;
-    if (len && len <= static_cast<std::size_t>(qp_.settings().max_inline)) wr.send_flags |= IBV_SEND_INLINE;
+    if (signal || seq % static_cast<std::uint64_t>(every) == 0) wr.send_flags |= IBV_SEND_SIGNALED;
+    if (len + ulen && len + ulen <= static_cast<std::size_t>(qp_.settings().max_inline)) wr.send_flags |= IBV_SEND_INLINE;
     ++imm_posted_;
     if (const int e = ibv_post_send(qp_.qp(), &wr, &bad)) fail("ibv_post_send: " + std::string(std::strerror(e)));
+    return seq;
   }
 
   // A signaled zero-length write (no immediate: it takes no receive) completes after every write
@@ -485,7 +530,16 @@ class verbs_link {
   std::uint64_t sent_ = 0, freed_ = 0, imm_posted_ = 0, peer_reposted_ = 0, send_posted_ = 0, send_done_ = 0;
   // Receiving: ring bytes arrived and read; receives posted again; what the last notice covered.
   std::uint64_t arrived_ = 0, read_ = 0, reposted_ = 0, noticed_read_ = 0, noticed_reposts_ = 0;
-  std::uint64_t data_writes_ = 0, notices_ = 0;
+  std::uint64_t data_writes_ = 0, notices_ = 0, zero_copy_writes_ = 0;
+  // Frames at the front of `q` wholly written; a zero-copy one is popped once its last write (a
+  // signaled request) has completed, and keeps its buffer's registration until then.
+  struct in_flight {
+    std::shared_ptr<const verbs::user_region> region;
+    std::uint64_t last_write = 0;  // 0: written through the mirror, done
+  };
+  std::deque<in_flight> written_;
+  std::shared_ptr<const verbs::user_region> cur_region_;  // the frame being written: its payload's registration
+  std::uint64_t last_user_write_ = 0;
   bool armed_ = false;
   bool closing_ = false;
   std::uint64_t fence_seq_ = 0;  // the closing write's request, 0 when none is awaited

@@ -108,6 +108,8 @@ class host_mesh {
   bool is_shm_peer(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->costs.shared_memory; }
   std::string_view link_name(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->name; }
   std::string_view link_where(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->where(); }
+  /// Registers `bytes` with every data link that registers memory (link_path.ipp).
+  std::vector<std::shared_ptr<const void>> register_memory(std::span<const std::byte> bytes);
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had
@@ -249,6 +251,7 @@ class host_mesh {
     void aside(link_port& l, const frame_header& h, const std::byte* have, std::size_t got) override { m.set_aside(peer, l, h, have, got, dl, id); }
   };
   bool pump_peer(int peer);
+  void lost_unless_taken(int peer, message_id id);  // progress.ipp
   void pump_descriptors();
   void take_link_events(int peer);
   bool pump_doorbells();

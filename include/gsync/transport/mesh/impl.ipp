@@ -99,6 +99,9 @@ GSYNC_DECL std::string_view mesh_view::link_where(int peer) const noexcept {
   if (peer < 0 || peer >= size_ || peer == rank_) return {};
   return m_->link_where(job_rank(peer));
 }
+GSYNC_DECL memory_registration mesh_view::register_memory(std::span<const std::byte> bytes) {
+  return memory_registration(bytes, m_->register_memory(bytes));
+}
 GSYNC_DECL bool mesh_view::shm_asymmetric_fences() const noexcept { return m_->shm_asymmetric_fences(); }
 GSYNC_DECL std::uint64_t mesh_view::shm_late_wakeups() const noexcept { return m_->shm_late_wakeups(); }
 GSYNC_DECL std::uint64_t mesh_view::shm_read_position(int peer) const noexcept {

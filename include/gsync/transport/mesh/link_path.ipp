@@ -13,7 +13,7 @@
 namespace gsync::transport {
 
 // Hands as much of `peer`'s queue to its link `l` as the medium takes now. Returns true if any
-// byte moved; a lost link fails the transport.
+// byte moved or a frame completed; a lost link fails the transport.
 inline bool host_mesh::pump_link(int peer, link_port& l) {
   std::size_t done = 0;
   const link_io io = l.pump(done);
@@ -23,7 +23,7 @@ inline bool host_mesh::pump_link(int peer, link_port& l) {
     lost(peer, "rank " + std::to_string(rank_) + ": connection to rank " + std::to_string(peer) + " lost while sending (" +
                    (io.err == link_io::closed ? std::string("closed") : io.why ? std::string(io.why) : detail::errno_text(io.err)) +
                    "): the peer exited or crashed");
-  return io.bytes != 0;
+  return io.bytes != 0 || done != 0;  // (a zero-copy frame completes without moving a byte)
 }
 
 inline bool host_mesh::pump_peer(int peer) {
@@ -41,6 +41,20 @@ inline void host_mesh::take_link_events(int peer) {
       lost(p, "rank " + std::to_string(rank_) + ": link to rank " + std::to_string(p) + " lost (" +
                   (io.why ? std::string(io.why) : detail::errno_text(io.err)) + ")", p);
   }
+}
+
+// What keeps `bytes` registered with each device that a data link registers memory with (the
+// links on one device give the same one: it is kept once).
+inline std::vector<std::shared_ptr<const void>> host_mesh::register_memory(std::span<const std::byte> bytes) {
+  call_lock g(shared_);
+  check_usable();
+  std::vector<std::shared_ptr<const void>> holds;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !peers_[p].data) continue;
+    if (auto h = peers_[p].data->register_memory(bytes); h && std::find(holds.begin(), holds.end(), h) == holds.end())
+      holds.push_back(std::move(h));
+  }
+  return holds;
 }
 
 // pump_peer() for every peer waited for by descriptor with queued sends.

@@ -1,0 +1,249 @@
+// User buffers registered for RDMA (`communicator::register_memory`, core/memory_registration.hpp):
+// a frame whose payload lies in one goes from where it lies (the link's zero_copy_writes), is
+// complete only once the peer has it, keeps the registration while a write reads it, and is
+// copied again once the handle ends, with nothing registered left behind (so memory freed and
+// reused at the same address is never read through old pinned pages: on a real adapter, the last
+// case below would receive the old bytes). Through the stand-in, or rxe in the guest.
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include <gsync/allreduce.hpp>
+#include <gsync/broadcast.hpp>
+
+#include "support/allreduce_sweep.hpp"
+#include "support/env.hpp"
+#include "support/failures.hpp"
+#include "support/verbs_world.hpp"
+
+using namespace gsync_test;
+using gsync::transport::frame_header;
+using gsync::transport::verbs_link;
+
+namespace {
+
+struct linked_pair {
+  std::shared_ptr<const gsync::verbs::device> dev;
+  verbs_link tx, rx;
+  explicit linked_pair(std::size_t ring) {
+    ibv_emu_fabric();
+    std::string why;
+    const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
+    REQUIRE_MESSAGE(lib != nullptr, why);
+    const auto d = gsync::verbs::discover(*lib, gsync::verbs::hca_filter{}, -1);
+    REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
+    dev = std::make_shared<const gsync::verbs::device>(*lib, d.ports.front());
+    gsync::verbs::qp_settings qs;
+    qs.timeout = 10;
+    qs.retry_cnt = 1;
+    tx.open(dev, qs, ring);
+    rx.open(dev, qs, ring);
+    tx.connect(rx.address(11), 22, 1);
+    rx.connect(tx.address(22), 11, 0);
+  }
+};
+
+frame_header header(std::uint64_t seq, std::size_t n) {
+  frame_header h{};
+  h.seq = seq;
+  h.bytes = n;
+  return h;
+}
+
+void fill(std::span<std::byte> b, unsigned seed) {
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
+}
+
+// Pumps tx until `done` (frames completed, counted on) reaches `want` (bounded).
+void pump_until(verbs_link& tx, std::size_t& done, std::size_t want) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done < want) {
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    const gsync::link_io io = tx.pump(done);
+    REQUIRE_MESSAGE(io.err == 0, (io.why ? io.why : "?"));
+  }
+}
+
+// Reads one frame of n bytes from rx, pumping tx meanwhile; returns its payload.
+std::vector<std::byte> read_one(verbs_link& rx, verbs_link& tx, std::size_t n, std::size_t* completed = nullptr) {
+  std::vector<std::byte> dst(n);
+  std::size_t got = 0, done = 0;
+  frame_header h{};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    const gsync::link_io io = rx.try_header(h, dst.data(), n);
+    REQUIRE(io.err == 0);
+    if (io.done) {
+      got = io.bytes;  // payload bytes that came with the header
+      break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    tx.pump(done);
+  }
+  REQUIRE(h.bytes == n);
+  while (got < n) {
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    const gsync::link_io io = rx.try_payload(dst.data() + got, n - got, 1, nullptr);
+    REQUIRE_MESSAGE(io.err == 0, (io.why ? io.why : "?"));
+    got += io.bytes;
+    if (io.bytes == 0) {
+      const gsync::link_io t = tx.pump(done);
+      REQUIRE_MESSAGE(t.err == 0, (t.why ? t.why : "?"));
+    }
+  }
+  rx.end_read();
+  if (completed) *completed += done;
+  return dst;
+}
+
+}  // namespace
+
+TEST_CASE("register_memory: a registered payload goes without a copy, larger than the ring, and exact") {
+  linked_pair pair(256 << 10);
+  std::vector<std::byte> buf((1 << 20) + 13);
+  fill(buf, 1);
+  auto reg = pair.tx.register_memory(buf);
+  REQUIRE(reg != nullptr);
+  CHECK(pair.dev->regions().live() == 1);
+  CHECK(pair.tx.register_memory(std::span(buf).subspan(100, 5000)) == reg);  // covered: the same registration
+  CHECK(pair.dev->regions().live() == 1);
+  // Four times the ring, from an offset inside the buffer: every write of it reads the buffer.
+  const auto part = std::span<const std::byte>(buf).subspan(7);
+  pair.tx.post(header(1, part.size()), part.data(), part.size());
+  std::size_t completed = 0;
+  const auto got = read_one(pair.rx, pair.tx, part.size(), &completed);
+  CHECK(std::memcmp(got.data(), part.data(), part.size()) == 0);
+  const auto zc = pair.tx.sent().zero_copy_writes;
+  CHECK(zc >= 4);
+  pump_until(pair.tx, completed, 1);
+  CHECK(completed == 1);
+  CHECK(pair.tx.q.empty());
+  // Below zero_copy_min, or reaching past the buffer: through the mirror.
+  const auto small = std::span<const std::byte>(buf).first(verbs_link::zero_copy_min - 1);
+  pair.tx.post(header(2, small.size()), small.data(), small.size());
+  CHECK(read_one(pair.rx, pair.tx, small.size()) == std::vector<std::byte>(small.begin(), small.end()));
+  std::vector<std::byte> other(300 << 10);
+  fill(other, 2);
+  auto half = pair.tx.register_memory(std::span(other).first(other.size() / 2));
+  pair.tx.post(header(3, other.size()), other.data(), other.size());
+  CHECK(read_one(pair.rx, pair.tx, other.size()) == other);
+  CHECK(pair.tx.sent().zero_copy_writes == zc);
+}
+
+TEST_CASE("register_memory: a zero-copy frame completes only once the peer has it; then the buffer is the caller's") {
+  linked_pair pair(1 << 20);  // room for the whole frame: nothing but the write's completion holds it
+  std::vector<std::byte> buf(600 << 10);
+  fill(buf, 3);
+  const std::vector<std::byte> sent = buf;
+  auto reg = pair.tx.register_memory(buf);
+  std::size_t done = 0;
+  CHECK(!pair.tx.post_direct(header(1, buf.size()), buf.data(), buf.size()));  // not complete at once: queued
+  pair.tx.post(header(1, buf.size()), buf.data(), buf.size());
+  pair.tx.pump(done);
+  CHECK(pair.tx.sent().zero_copy_writes >= 1);
+  pump_until(pair.tx, done, 1);
+  // Complete: the adapter has read every byte. Overwriting now must not change what arrives.
+  std::memset(buf.data(), 0xEE, buf.size());
+  CHECK(read_one(pair.rx, pair.tx, sent.size()) == sent);
+}
+
+TEST_CASE("register_memory: a handle that ends while its write is in flight leaves the write intact, then nothing registered") {
+  linked_pair pair(128 << 10);
+  std::vector<std::byte> buf(700 << 10);
+  fill(buf, 4);
+  const std::vector<std::byte> sent = buf;
+  auto reg = pair.tx.register_memory(buf);
+  pair.tx.post(header(1, buf.size()), buf.data(), buf.size());
+  std::size_t done = 0;
+  pair.tx.pump(done);
+  REQUIRE(pair.tx.sent().zero_copy_writes >= 1);
+  reg.reset();  // the frame's writes keep the registration (deregistered under them, they would fail)
+  CHECK(pair.dev->regions().live() == 1);
+  CHECK(read_one(pair.rx, pair.tx, sent.size(), &done) == sent);
+  pump_until(pair.tx, done, 1);
+  CHECK(pair.dev->regions().live() == 0);
+  // Later sends from the buffer go through the mirror.
+  const auto zc = pair.tx.sent().zero_copy_writes;
+  pair.tx.post(header(2, buf.size()), buf.data(), buf.size());
+  CHECK(read_one(pair.rx, pair.tx, sent.size()) == sent);
+  CHECK(pair.tx.sent().zero_copy_writes == zc);
+}
+
+TEST_CASE("register_memory: memory freed and mapped again at the same address is sent as it is now, not from the old pages") {
+  linked_pair pair(256 << 10);
+  const std::size_t len = 512 << 10;
+  void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  auto b = std::span<std::byte>(static_cast<std::byte*>(m), len);
+  fill(b, 5);
+  {
+    auto reg = pair.tx.register_memory(b);
+    pair.tx.post(header(1, len), b.data(), len);
+    std::size_t done = 0;
+    const auto got = read_one(pair.rx, pair.tx, len, &done);
+    CHECK(std::memcmp(got.data(), b.data(), len) == 0);
+    pump_until(pair.tx, done, 1);
+  }
+  CHECK(pair.dev->regions().live() == 0);
+  REQUIRE(::munmap(m, len) == 0);
+  void* again = ::mmap(m, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (again != m) {
+    if (again != MAP_FAILED) ::munmap(again, len);
+    return skip("the address could not be mapped again");
+  }
+  fill(b, 6);
+  const std::vector<std::byte> now(b.begin(), b.end());
+  pair.tx.post(header(2, len), b.data(), len);
+  CHECK(read_one(pair.rx, pair.tx, len) == now);
+  ::munmap(m, len);
+}
+
+TEST_CASE("register_memory: collectives from registered buffers across hosts are exact; one host registers nothing") {
+  constexpr std::size_t n = (1 << 20) + 7;  // 4 MiB of floats: every frame across the hosts is over zero_copy_min
+  failures fails;
+  std::atomic<int> registered{0};
+  run_verbs(4, [&](auto& comm, world_sync&) {
+    std::vector<float> x(n), y(n);
+    auto ry = comm.register_memory(std::span(y));
+    auto rx = comm.register_memory(x.data(), x.size() * sizeof(float));
+    if (ry.adapters() == 1 && rx.adapters() == 1) ++registered;
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = static_cast<float>((i * 7 + comm.rank() * 3 + round) % 1024);
+      gsync::allreduce(comm, std::span(y));
+      gsync::broadcast(comm, std::span(x), round % comm.size());
+      for (std::size_t i = 0; i < n; i += 997) {
+        double want = 0;
+        for (int r = 0; r < comm.size(); ++r) want += static_cast<double>((i * 7 + r * 3 + round) % 1024);
+        if (y[i] != static_cast<float>(want)) {
+          fails.add("rank " + std::to_string(comm.rank()) + " allreduce[" + std::to_string(i) + "]");
+          break;
+        }
+        if (x[i] != static_cast<float>((i * 7 + (round % comm.size()) * 3 + round) % 1024)) {
+          fails.add("rank " + std::to_string(comm.rank()) + " broadcast[" + std::to_string(i) + "]");
+          break;
+        }
+      }
+    }
+  }, test_config());
+  for (const auto& f : fails.list) FAIL_CHECK(f);
+  CHECK(registered == 4);
+  // All four on one host: shared memory only, nothing to register.
+  std::atomic<int> none{0};
+  run_verbs(4, [&](auto& comm, world_sync&) {
+    std::vector<float> y(1000, 1.0f);
+    auto r = comm.register_memory(std::span(y));
+    if (r.adapters() == 0 && r.bytes().size() == y.size() * sizeof(float)) ++none;
+    gsync::allreduce(comm, std::span(y));
+    if (y[999] != 4.0f) fails.add("one host: wrong sum");
+  }, test_config(), [](int) { return std::string("one-host"); });
+  CHECK(none == 4);
+  CHECK(fails.list.empty());
+  auto world = gsync::make_inproc_world(1);
+  std::vector<int> v(10);
+  CHECK(world[0].register_memory(std::span(v)).adapters() == 0);
+}
