@@ -127,12 +127,12 @@ TEST_CASE("verbs link: a mismatched call and a peer that leaves are gsync errors
   CHECK(took < std::chrono::seconds(15));  // noticed, not timed out
 }
 
-TEST_CASE("verbs link: frames for a peer seen leaving while this rank waited elsewhere fail at once, not at the timeout") {
+TEST_CASE("verbs link: frames for a peer that left while this rank waited elsewhere fail at once, naming the close, not at the timeout") {
   gsync::config cfg = test_config();
   cfg.timeout = std::chrono::seconds(30);
   std::mutex m;
   std::string what;
-  gsync::errc code{};
+  bool peer_lost = false;
   std::chrono::milliseconds took{-1};
   run_verbs(3, [&](auto& comm, world_sync&) {
     if (comm.rank() == 1) return;  // leaves at once (no failure record): its connections close
@@ -142,19 +142,19 @@ TEST_CASE("verbs link: frames for a peer seen leaving while this rank waited els
       gsync::send(comm, std::span<const float>(v.data(), 1), 0, 5);
       return;
     }
-    gsync::recv(comm, std::span<float>(v.data(), 1), 2, 5);  // rank 1's close is seen meanwhile
+    gsync::recv(comm, std::span<float>(v.data(), 1), 2, 5);  // rank 1's close is seen meanwhile (a poll watching it)
     const auto t0 = std::chrono::steady_clock::now();
     try {
       gsync::send(comm, std::span<const float>(v), 1, 6);
     } catch (const gsync::error& e) {
       std::lock_guard lk(m);
       what = e.what();
-      code = e.code();
+      peer_lost = e.code() == gsync::errc::peer_lost;
     }
     took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-  }, cfg, [](int r) { return std::string(r == 1 ? "ib-b" : "ib-a"); });
+  }, cfg, [](int r) { return std::string(r == 0 ? "ib-a" : r == 1 ? "ib-b" : "ib-c"); });  // three hosts: every pair over verbs
   CAPTURE(what);
-  CHECK(code == gsync::errc::peer_lost);
+  CHECK(peer_lost);
   CHECK(what.find("closed its connection") != std::string::npos);
   CHECK(took < std::chrono::seconds(5));
 }

@@ -30,7 +30,7 @@ namespace {
 struct linked_pair {
   std::shared_ptr<const gsync::verbs::device> dev;
   verbs_link tx, rx;
-  explicit linked_pair(std::size_t ring) {
+  explicit linked_pair(std::size_t ring, int timeout = 10) {
     ibv_emu_fabric();
     std::string why;
     const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
@@ -39,8 +39,8 @@ struct linked_pair {
     REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
     dev = std::make_shared<const gsync::verbs::device>(*lib, d.ports.front());
     gsync::verbs::qp_settings qs;
-    qs.timeout = 10;
-    qs.retry_cnt = 1;
+    qs.timeout = timeout;  // 4.096 us x 2^timeout per try
+    qs.retry_cnt = timeout > 10 ? 7 : 1;
     tx.open(dev, qs, ring);
     rx.open(dev, qs, ring);
     tx.connect(rx.address(11), 22, 1);
@@ -135,17 +135,38 @@ TEST_CASE("register_memory: a registered payload goes without a copy, larger tha
   CHECK(pair.tx.sent().zero_copy_writes == zc);
 }
 
-TEST_CASE("register_memory: a zero-copy frame completes only once the peer has it; then the buffer is the caller's") {
-  linked_pair pair(1 << 20);  // room for the whole frame: nothing but the write's completion holds it
+TEST_CASE("register_memory: a zero-copy frame completes only once the peer has it, then the buffer is the caller's") {
+  linked_pair pair(1 << 20, 17);  // room for the whole frame: nothing but the write's completion holds it; tries of 0.5 s
   std::vector<std::byte> buf(600 << 10);
   fill(buf, 3);
   const std::vector<std::byte> sent = buf;
   auto reg = pair.tx.register_memory(buf);
   std::size_t done = 0;
   CHECK(!pair.tx.post_direct(header(1, buf.size()), buf.data(), buf.size()));  // not complete at once: queued
+  // The stand-in's adapter held (its progress stopped): the write is posted, not done, so the
+  // frame stays the caller's however often the link is pumped.
+  const bool held = ibv_emu_control("stall") == 0;
+  struct resume_at_end {
+    bool on;
+    ~resume_at_end() {
+      if (on) ibv_emu_control("resume");
+    }
+  } resume{held};
   pair.tx.post(header(1, buf.size()), buf.data(), buf.size());
   pair.tx.pump(done);
   CHECK(pair.tx.sent().zero_copy_writes >= 1);
+  CHECK(reg->zero_copy_writes.load() >= 1);
+  if (held) {
+    for (int i = 0; i < 25; ++i) {  // 50 ms, well inside one try
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      REQUIRE(pair.tx.pump(done).err == 0);
+    }
+    CHECK(done == 0);
+    CHECK(!pair.tx.q.empty());
+    CHECK(pair.tx.unsent() == 0);  // wholly written, waiting for the completion
+    REQUIRE(ibv_emu_control("resume") == 0);
+    resume.on = false;
+  }
   pump_until(pair.tx, done, 1);
   // Complete: the adapter has read every byte. Overwriting now must not change what arrives.
   std::memset(buf.data(), 0xEE, buf.size());
@@ -198,15 +219,18 @@ TEST_CASE("register_memory: memory freed and mapped again at the same address is
   }
   fill(b, 6);
   const std::vector<std::byte> now(b.begin(), b.end());
+  const auto zc = pair.tx.sent().zero_copy_writes;
   pair.tx.post(header(2, len), b.data(), len);
   CHECK(read_one(pair.rx, pair.tx, len) == now);
+  CHECK(pair.tx.sent().zero_copy_writes == zc);  // through the mirror: nothing registered it again
   ::munmap(m, len);
 }
 
-TEST_CASE("register_memory: collectives from registered buffers across hosts are exact; one host registers nothing") {
+TEST_CASE("register_memory: collectives from registered buffers across hosts are exact, and one host registers nothing") {
   constexpr std::size_t n = (1 << 20) + 7;  // 4 MiB of floats: every frame across the hosts is over zero_copy_min
   failures fails;
   std::atomic<int> registered{0};
+  std::atomic<std::uint64_t> from_buffers{0};
   run_verbs(4, [&](auto& comm, world_sync&) {
     std::vector<float> x(n), y(n);
     auto ry = comm.register_memory(std::span(y));
@@ -229,9 +253,11 @@ TEST_CASE("register_memory: collectives from registered buffers across hosts are
         }
       }
     }
+    from_buffers += rx.zero_copy_writes() + ry.zero_copy_writes();
   }, test_config());
   for (const auto& f : fails.list) FAIL_CHECK(f);
   CHECK(registered == 4);
+  CHECK(from_buffers > 0);  // the payloads crossing the hosts went from the registered buffers
   // All four on one host: shared memory only, nothing to register.
   std::atomic<int> none{0};
   run_verbs(4, [&](auto& comm, world_sync&) {

@@ -67,7 +67,7 @@ asan_tests=("${heavy[@]}")
 # The stand-in libibverbs' own tests link the stand-in, and the verbs link's load it: both need the
 # library CMake builds (tests/CMakeLists.txt), not a test file compiled alone. The stand-in's
 # conformance tests were run under ASan+UBSan and TSan by hand when it was written (2026-12-07).
-needs_cmake=(test_ibv_emu test_verbs_link)
+needs_cmake=(test_ibv_emu test_verbs_link test_verbs_memory)
 for f in tests/test_*.cpp; do
   t=$(basename "$f" .cpp)
   [ "$t" = test_main ] && continue

@@ -227,9 +227,11 @@ struct link_traits;
 ///   returns a `link_io` with `err` once they say the link is lost (`link_has_events`);
 /// - optionally, `cl.where()`: where it runs, for tools and logs (an adapter and port);
 /// - optionally, `l.register_memory(bytes)`: registers a caller's buffer with its device, for
-///   sends from it without a copy (an RDMA adapter), returning a `std::shared_ptr<const void>`
+///   sends from it without a copy (an RDMA adapter), returning a `std::shared_ptr<const registration_hold>`
 ///   that keeps the registration (null: nothing to register); such a link completes a frame from
-///   that buffer only once the peer has its bytes;
+///   that buffer only once the peer has its bytes, keeping it in `q` until then, and says how many
+///   frames of `q` are not yet wholly handed over (`cl.unsent()`) and drops those
+///   (`l.drop_unsent()`, for a failing rank);
 /// - optionally, `l.close_begin(peer_left)`: a link whose `close` waits for the peer (to deliver
 ///   what was handed over) starts that here, so that a mesh closing many links waits once, not
 ///   once per link; with `peer_left` (its control connection closed) it waits for nothing.

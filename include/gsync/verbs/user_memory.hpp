@@ -27,12 +27,13 @@
 #include <vector>
 
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_registration.hpp"
 
 namespace gsync::verbs {
 
 /// One user buffer registered with one protection domain (for local reads: the source of RDMA
 /// writes). Deregistered on destruction; keeps its owner (the device) alive until then.
-class user_region {
+class user_region : public registration_hold {
  public:
   /// Registers `bytes` with `pd`; `owner` (the device) outlives the registration. `where` names the
   /// device in messages; `hint(errno)` explains a failure (the locked-memory limit).

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "gsync/core/concepts.hpp"
+#include "gsync/core/memory_registration.hpp"
 #include "gsync/detail/function_ref.hpp"
 #include "gsync/transport/frame.hpp"
 
@@ -101,7 +102,12 @@ class link_port {
   virtual link_io take_events() = 0;
   /// Registers a user buffer with the link's device (`l.register_memory(bytes)`, where the link has
   /// one): what keeps the registration, or null.
-  virtual std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) = 0;
+  virtual std::shared_ptr<const registration_hold> register_memory(std::span<const std::byte> bytes) = 0;
+  /// Frames of `q` not yet wholly handed over (`cl.unsent()` where the link has it, else all of
+  /// `q`: the rest wait for the peer to confirm them).
+  virtual std::size_t unsent() const = 0;
+  /// Drops the frames not yet wholly handed over (`l.drop_unsent()`, else all of `q`); how many.
+  virtual std::size_t drop_unsent() = 0;
   /// Doorbell links: whether the pending read can go on (false for descriptor links).
   virtual bool ready() const = 0;
   /// Doorbell links: the peer's `failed` word (0 for descriptor links).
@@ -178,8 +184,21 @@ class link_port_of final : public link_port {
     if constexpr (link_has_events<L>) return l_->take_events();
     else return {};
   }
-  std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) override {
-    if constexpr (requires(L& l) { { l.register_memory(bytes) } -> std::convertible_to<std::shared_ptr<const void>>; })
+  std::size_t unsent() const override {
+    if constexpr (requires(const L& cl) { { cl.unsent() } -> std::convertible_to<std::size_t>; }) return l_->unsent();
+    else return l_->q.size();
+  }
+  std::size_t drop_unsent() override {
+    if constexpr (requires(L& l) { { l.drop_unsent() } -> std::convertible_to<std::size_t>; }) {
+      return l_->drop_unsent();
+    } else {
+      const std::size_t n = l_->q.size();
+      l_->q.clear();
+      return n;
+    }
+  }
+  std::shared_ptr<const registration_hold> register_memory(std::span<const std::byte> bytes) override {
+    if constexpr (requires(L& l) { { l.register_memory(bytes) } -> std::convertible_to<std::shared_ptr<const registration_hold>>; })
       return l_->register_memory(bytes);
     else return nullptr;
   }

@@ -117,8 +117,18 @@ class verbs_link {
 
   /// Registers `bytes` with this link's device for zero-copy sends (see the file comment); the
   /// registration lasts while the result (or a write reading the buffer) does. Null when closed.
-  std::shared_ptr<const void> register_memory(std::span<const std::byte> bytes) const {
-    return dev_ ? std::shared_ptr<const void>(dev_->register_user(bytes)) : nullptr;
+  std::shared_ptr<const registration_hold> register_memory(std::span<const std::byte> bytes) const {
+    return dev_ && !bytes.empty() ? dev_->register_user(bytes) : nullptr;
+  }
+  /// Frames of `q` not yet wholly written (the rest wait for their writes' completions).
+  std::size_t unsent() const noexcept { return q.size() - written_.size(); }
+  /// Drops the frames not yet wholly written (a failing rank's; the written ones stay until their
+  /// completions, or the queue pair's end); returns how many.
+  std::size_t drop_unsent() noexcept {
+    const std::size_t n = unsent();
+    q.erase(q.begin() + static_cast<std::ptrdiff_t>(written_.size()), q.end());
+    cur_region_.reset();
+    return n;
   }
 
   /// Posts a frame: queued; `pump` writes it.
@@ -325,6 +335,7 @@ class verbs_link {
         const std::byte* from = op.p + (op.done + k - sizeof(frame_header));
         last_user_write_ = post_write(mirror_.data() + at, k, peer_ring_ + at, adv, /*signal=*/ends, from, len - k, user->lkey());
         ++zero_copy_writes_;
+        user->zero_copy_writes.fetch_add(1, std::memory_order_relaxed);
       } else {
         if (k < len) std::memcpy(mirror_.data() + at + k, op.p + (op.done + k - sizeof(frame_header)), len - k);
         post_write(mirror_.data() + at, len, peer_ring_ + at, adv);

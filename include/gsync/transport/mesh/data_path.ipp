@@ -28,7 +28,7 @@ inline void host_mesh::post_send(int peer, message_id id, const std::byte* src, 
     l.post(fh, p, k);
     ++queued_;
     if (l.by_doorbell()) ++bell_queued_;
-    if (l.q.size() == 1) pump_link(peer, l);
+    if (l.unsent() == 1) pump_link(peer, l);  // (frames before it may only wait for their completions)
   };
   post(h, src, n);
   if (opt_.checksum) [[unlikely]] {  // GSYNC_CHECKSUM: the payload's CRC32C follows in a frame of its own

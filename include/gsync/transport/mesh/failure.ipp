@@ -109,14 +109,15 @@ inline void host_mesh::send_notices(errc kind, const std::string& msg, int lost)
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || unconnected(p)) continue;  // a peer never connected hears of it through the store
     auto& c = peers_[p];
-    if (!c.q().empty() && c.q().front().done != 0) continue;  // mid-message: the stream cannot carry it
+    link_port& l = data_link(p);
+    const std::size_t u = l.unsent();
+    if (u && c.q()[c.q().size() - u].done != 0) continue;  // mid-message: the stream cannot carry it
     // The notice replaces what is queued (fail() drops it anyway) and goes as far as the link
     // takes it now; errors are ignored (this rank is failing already).
-    link_port& l = data_link(p);
     const bool bell = l.by_doorbell();
-    queued_ -= l.q.size();
-    if (bell) bell_queued_ -= l.q.size();
-    l.q.clear();
+    const std::size_t dropped = l.drop_unsent();
+    queued_ -= dropped;
+    if (bell) bell_queued_ -= dropped;
     l.post(nh, reinterpret_cast<const std::byte*>(notice_text_.data()), notice_text_.size());
     std::size_t done = 0;
     l.pump(done);
@@ -256,7 +257,7 @@ inline void host_mesh::do_closed_elsewhere(int peer, message_id id) {
     for (auto& p : peers_) {
       p.tcp().shutdown();
       p.ctl.q.clear();  // unsent bytes may belong to buffers the caller frees after the error
-      if (p.data) p.data->q.clear();
+      if (p.data) p.data->drop_unsent();  // (written frames a link still waits to confirm stay with it)
     }
     queued_ = 0;
     bell_queued_ = 0;

@@ -109,7 +109,7 @@ class host_mesh {
   std::string_view link_name(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->name; }
   std::string_view link_where(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].data->where(); }
   /// Registers `bytes` with every data link that registers memory (link_path.ipp).
-  std::vector<std::shared_ptr<const void>> register_memory(std::span<const std::byte> bytes);
+  std::vector<std::shared_ptr<const registration_hold>> register_memory(std::span<const std::byte> bytes);
   /// True when this host's shared-memory peers signal with asymmetric fences (transport/shm.hpp).
   bool shm_asymmetric_fences() const noexcept { return bell_owner_ && bell_owner_->light(); }
   /// Sleeps on this rank's doorbell that ran their full length although what they waited for had

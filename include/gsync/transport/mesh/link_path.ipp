@@ -45,10 +45,10 @@ inline void host_mesh::take_link_events(int peer) {
 
 // What keeps `bytes` registered with each device that a data link registers memory with (the
 // links on one device give the same one: it is kept once).
-inline std::vector<std::shared_ptr<const void>> host_mesh::register_memory(std::span<const std::byte> bytes) {
+inline std::vector<std::shared_ptr<const registration_hold>> host_mesh::register_memory(std::span<const std::byte> bytes) {
   call_lock g(shared_);
   check_usable();
-  std::vector<std::shared_ptr<const void>> holds;
+  std::vector<std::shared_ptr<const registration_hold>> holds;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || !peers_[p].data) continue;
     if (auto h = peers_[p].data->register_memory(bytes); h && std::find(holds.begin(), holds.end(), h) == holds.end())

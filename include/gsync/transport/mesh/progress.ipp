@@ -127,7 +127,13 @@ inline bool host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
       // room that another call took meanwhile is used, and the channel armed, before the sleep.
       if (data_link(p).room_by_read && ((moved = pump_peer(p) || moved), peers_[p].q().empty())) continue;
       // Its TCP connection closed before (seen while idle): the frames left will never be taken.
-      if (separate_control(p) && peers_[p].tcp().seen_closed()) [[unlikely]] lost_unless_taken(p, message_id{});
+      if (separate_control(p) && peers_[p].tcp().seen_closed()) [[unlikely]] {
+        lost_unless_taken(p, message_id{});
+        if (peers_[p].q().empty()) {
+          moved = true;
+          continue;
+        }
+      }
       const short room = data_link(p).room_by_read ? POLLIN : POLLOUT;  // a completion channel: room comes as a completion
       if (p == in_peer) ps.fds[0].events |= room;
       else ps.add(data_fd(p), room, p);
@@ -136,12 +142,12 @@ inline bool host_mesh::watch_links(waiter::poll_set& ps, int in_peer) {
 }
 
 // A peer whose data link is not its TCP connection (verbs) closed that connection: frames for it
-// still queued after one more pump (an acknowledgement may come just after the close) were not
-// taken, and it takes no more (a TCP peer's closed socket fails the send instead; a completion
-// channel never would).
+// not wholly written after one more pump were not taken, and it takes no more (a TCP peer's
+// closed socket fails the send instead; a completion channel never would). Frames written and
+// waiting for their completions are left to them (the peer had them before it left).
 inline void host_mesh::lost_unless_taken(int peer, message_id id) {
-  if (!peers_[peer].q().empty()) pump_peer(peer);
-  if (peers_[peer].q().empty()) return;
+  if (data_link(peer).unsent()) pump_peer(peer);
+  if (data_link(peer).unsent() == 0) return;
   lost(peer, "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) + " closed its connection (it exited, crashed or failed)" +
                  (id.seq ? " during " + gsync::detail::op_label(id.seq) : std::string()) + " before taking the data sent to it",
        peer);
