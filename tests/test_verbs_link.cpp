@@ -18,6 +18,7 @@
 
 #include "support/allreduce_sweep.hpp"
 #include "support/env.hpp"
+#include "support/verbs_pair.hpp"
 #include "support/verbs_world.hpp"
 
 using namespace gsync_test;
@@ -270,64 +271,10 @@ namespace {
 using gsync::transport::frame_header;
 using gsync::transport::verbs_link;
 
-struct verbs_pair {
-  std::shared_ptr<const gsync::verbs::device> dev;
-  verbs_link l0, l1;
-  explicit verbs_pair(std::size_t ring) {
-    ibv_emu_fabric();
-    std::string why;
-    const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
-    REQUIRE_MESSAGE(lib != nullptr, why);
-    const auto d = gsync::verbs::discover(*lib, gsync::verbs::hca_filter{}, -1);
-    REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
-    dev = std::make_shared<const gsync::verbs::device>(*lib, d.ports.front());
-    gsync::verbs::qp_settings qs;
-    qs.timeout = 10;
-    qs.retry_cnt = 1;
-    l0.open(dev, qs, ring);
-    l1.open(dev, qs, ring);
-    l0.connect(l1.address(11), 22, 1);
-    l1.connect(l0.address(22), 11, 0);
-  }
-};
-
-frame_header header_for(std::uint64_t seq, std::size_t n) {
-  frame_header h{};
-  h.seq = seq;
-  h.bytes = n;
-  return h;
-}
-
 std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
   return v;
-}
-
-// Reads one frame from rx, pumping tx while it waits (bounded).
-std::vector<std::byte> read_frame(verbs_link& rx, verbs_link& tx, frame_header& h, std::size_t n) {
-  std::vector<std::byte> dst(n);
-  std::size_t got = 0, done = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    REQUIRE(std::chrono::steady_clock::now() < until);
-    const gsync::link_io io = rx.try_header(h, dst.data(), n);
-    REQUIRE(io.err == 0);
-    if (io.done) {
-      got = io.bytes;
-      break;
-    }
-    tx.pump(done);
-  }
-  while (got < n) {
-    REQUIRE(std::chrono::steady_clock::now() < until);
-    const gsync::link_io io = rx.try_payload(dst.data() + got, n - got, 1, nullptr);
-    REQUIRE(io.err == 0);
-    got += io.bytes;
-    if (io.bytes == 0) tx.pump(done);
-  }
-  rx.end_read();
-  return dst;
 }
 
 }  // namespace

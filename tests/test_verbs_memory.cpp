@@ -19,6 +19,7 @@
 #include "support/allreduce_sweep.hpp"
 #include "support/env.hpp"
 #include "support/failures.hpp"
+#include "support/verbs_pair.hpp"
 #include "support/verbs_world.hpp"
 
 using namespace gsync_test;
@@ -26,34 +27,6 @@ using gsync::transport::frame_header;
 using gsync::transport::verbs_link;
 
 namespace {
-
-struct linked_pair {
-  std::shared_ptr<const gsync::verbs::device> dev;
-  verbs_link tx, rx;
-  explicit linked_pair(std::size_t ring, int timeout = 10) {
-    ibv_emu_fabric();
-    std::string why;
-    const auto* lib = gsync::verbs::library::load(ibv_emu_path(), why);
-    REQUIRE_MESSAGE(lib != nullptr, why);
-    const auto d = gsync::verbs::discover(*lib, gsync::verbs::hca_filter{}, -1);
-    REQUIRE_MESSAGE(!d.ports.empty(), d.why_none);
-    dev = std::make_shared<const gsync::verbs::device>(*lib, d.ports.front());
-    gsync::verbs::qp_settings qs;
-    qs.timeout = timeout;  // 4.096 us x 2^timeout per try
-    qs.retry_cnt = timeout > 10 ? 7 : 1;
-    tx.open(dev, qs, ring);
-    rx.open(dev, qs, ring);
-    tx.connect(rx.address(11), 22, 1);
-    rx.connect(tx.address(22), 11, 0);
-  }
-};
-
-frame_header header(std::uint64_t seq, std::size_t n) {
-  frame_header h{};
-  h.seq = seq;
-  h.bytes = n;
-  return h;
-}
 
 void fill(std::span<std::byte> b, unsigned seed) {
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
@@ -71,78 +44,54 @@ void pump_until(verbs_link& tx, std::size_t& done, std::size_t want) {
 
 // Reads one frame of n bytes from rx, pumping tx meanwhile; returns its payload.
 std::vector<std::byte> read_one(verbs_link& rx, verbs_link& tx, std::size_t n, std::size_t* completed = nullptr) {
-  std::vector<std::byte> dst(n);
-  std::size_t got = 0, done = 0;
   frame_header h{};
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    const gsync::link_io io = rx.try_header(h, dst.data(), n);
-    REQUIRE(io.err == 0);
-    if (io.done) {
-      got = io.bytes;  // payload bytes that came with the header
-      break;
-    }
-    REQUIRE(std::chrono::steady_clock::now() < until);
-    tx.pump(done);
-  }
+  auto got = read_frame(rx, tx, h, n, completed);
   REQUIRE(h.bytes == n);
-  while (got < n) {
-    REQUIRE(std::chrono::steady_clock::now() < until);
-    const gsync::link_io io = rx.try_payload(dst.data() + got, n - got, 1, nullptr);
-    REQUIRE_MESSAGE(io.err == 0, (io.why ? io.why : "?"));
-    got += io.bytes;
-    if (io.bytes == 0) {
-      const gsync::link_io t = tx.pump(done);
-      REQUIRE_MESSAGE(t.err == 0, (t.why ? t.why : "?"));
-    }
-  }
-  rx.end_read();
-  if (completed) *completed += done;
-  return dst;
+  return got;
 }
 
 }  // namespace
 
 TEST_CASE("register_memory: a registered payload goes without a copy, larger than the ring, and exact") {
-  linked_pair pair(256 << 10);
+  verbs_pair pair(256 << 10);
   std::vector<std::byte> buf((1 << 20) + 13);
   fill(buf, 1);
-  auto reg = pair.tx.register_memory(buf);
+  auto reg = pair.l0.register_memory(buf);
   REQUIRE(reg != nullptr);
   CHECK(pair.dev->regions().live() == 1);
-  CHECK(pair.tx.register_memory(std::span(buf).subspan(100, 5000)) == reg);  // covered: the same registration
+  CHECK(pair.l0.register_memory(std::span(buf).subspan(100, 5000)) == reg);  // covered: the same registration
   CHECK(pair.dev->regions().live() == 1);
   // Four times the ring, from an offset inside the buffer: every write of it reads the buffer.
   const auto part = std::span<const std::byte>(buf).subspan(7);
-  pair.tx.post(header(1, part.size()), part.data(), part.size());
+  pair.l0.post(header_for(1, part.size()), part.data(), part.size());
   std::size_t completed = 0;
-  const auto got = read_one(pair.rx, pair.tx, part.size(), &completed);
+  const auto got = read_one(pair.l1, pair.l0, part.size(), &completed);
   CHECK(std::memcmp(got.data(), part.data(), part.size()) == 0);
-  const auto zc = pair.tx.sent().zero_copy_writes;
+  const auto zc = pair.l0.sent().zero_copy_writes;
   CHECK(zc >= 4);
-  pump_until(pair.tx, completed, 1);
+  pump_until(pair.l0, completed, 1);
   CHECK(completed == 1);
-  CHECK(pair.tx.q.empty());
+  CHECK(pair.l0.q.empty());
   // Below zero_copy_min, or reaching past the buffer: through the mirror.
   const auto small = std::span<const std::byte>(buf).first(verbs_link::zero_copy_min - 1);
-  pair.tx.post(header(2, small.size()), small.data(), small.size());
-  CHECK(read_one(pair.rx, pair.tx, small.size()) == std::vector<std::byte>(small.begin(), small.end()));
+  pair.l0.post(header_for(2, small.size()), small.data(), small.size());
+  CHECK(read_one(pair.l1, pair.l0, small.size()) == std::vector<std::byte>(small.begin(), small.end()));
   std::vector<std::byte> other(300 << 10);
   fill(other, 2);
-  auto half = pair.tx.register_memory(std::span(other).first(other.size() / 2));
-  pair.tx.post(header(3, other.size()), other.data(), other.size());
-  CHECK(read_one(pair.rx, pair.tx, other.size()) == other);
-  CHECK(pair.tx.sent().zero_copy_writes == zc);
+  auto half = pair.l0.register_memory(std::span(other).first(other.size() / 2));
+  pair.l0.post(header_for(3, other.size()), other.data(), other.size());
+  CHECK(read_one(pair.l1, pair.l0, other.size()) == other);
+  CHECK(pair.l0.sent().zero_copy_writes == zc);
 }
 
 TEST_CASE("register_memory: a zero-copy frame completes only once the peer has it, then the buffer is the caller's") {
-  linked_pair pair(1 << 20, 17);  // room for the whole frame: nothing but the write's completion holds it; tries of 0.5 s
+  verbs_pair pair(1 << 20, 17);  // room for the whole frame: nothing but the write's completion holds it; tries of 0.5 s
   std::vector<std::byte> buf(600 << 10);
   fill(buf, 3);
   const std::vector<std::byte> sent = buf;
-  auto reg = pair.tx.register_memory(buf);
+  auto reg = pair.l0.register_memory(buf);
   std::size_t done = 0;
-  CHECK(!pair.tx.post_direct(header(1, buf.size()), buf.data(), buf.size()));  // not complete at once: queued
+  CHECK(!pair.l0.post_direct(header_for(1, buf.size()), buf.data(), buf.size()));  // not complete at once: queued
   // The stand-in's adapter held (its progress stopped): the write is posted, not done, so the
   // frame stays the caller's however often the link is pumped.
   const bool held = ibv_emu_control("stall") == 0;
@@ -152,63 +101,63 @@ TEST_CASE("register_memory: a zero-copy frame completes only once the peer has i
       if (on) ibv_emu_control("resume");
     }
   } resume{held};
-  pair.tx.post(header(1, buf.size()), buf.data(), buf.size());
-  pair.tx.pump(done);
-  CHECK(pair.tx.sent().zero_copy_writes >= 1);
+  pair.l0.post(header_for(1, buf.size()), buf.data(), buf.size());
+  pair.l0.pump(done);
+  CHECK(pair.l0.sent().zero_copy_writes >= 1);
   CHECK(reg->zero_copy_writes.load() >= 1);
   if (held) {
     for (int i = 0; i < 25; ++i) {  // 50 ms, well inside one try
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      REQUIRE(pair.tx.pump(done).err == 0);
+      REQUIRE(pair.l0.pump(done).err == 0);
     }
     CHECK(done == 0);
-    CHECK(!pair.tx.q.empty());
-    CHECK(pair.tx.unsent() == 0);  // wholly written, waiting for the completion
+    CHECK(!pair.l0.q.empty());
+    CHECK(pair.l0.unsent() == 0);  // wholly written, waiting for the completion
     REQUIRE(ibv_emu_control("resume") == 0);
     resume.on = false;
   }
-  pump_until(pair.tx, done, 1);
+  pump_until(pair.l0, done, 1);
   // Complete: the adapter has read every byte. Overwriting now must not change what arrives.
   std::memset(buf.data(), 0xEE, buf.size());
-  CHECK(read_one(pair.rx, pair.tx, sent.size()) == sent);
+  CHECK(read_one(pair.l1, pair.l0, sent.size()) == sent);
 }
 
 TEST_CASE("register_memory: a handle that ends while its write is in flight leaves the write intact, then nothing registered") {
-  linked_pair pair(128 << 10);
+  verbs_pair pair(128 << 10);
   std::vector<std::byte> buf(700 << 10);
   fill(buf, 4);
   const std::vector<std::byte> sent = buf;
-  auto reg = pair.tx.register_memory(buf);
-  pair.tx.post(header(1, buf.size()), buf.data(), buf.size());
+  auto reg = pair.l0.register_memory(buf);
+  pair.l0.post(header_for(1, buf.size()), buf.data(), buf.size());
   std::size_t done = 0;
-  pair.tx.pump(done);
-  REQUIRE(pair.tx.sent().zero_copy_writes >= 1);
+  pair.l0.pump(done);
+  REQUIRE(pair.l0.sent().zero_copy_writes >= 1);
   reg.reset();  // the frame's writes keep the registration (deregistered under them, they would fail)
   CHECK(pair.dev->regions().live() == 1);
-  CHECK(read_one(pair.rx, pair.tx, sent.size(), &done) == sent);
-  pump_until(pair.tx, done, 1);
+  CHECK(read_one(pair.l1, pair.l0, sent.size(), &done) == sent);
+  pump_until(pair.l0, done, 1);
   CHECK(pair.dev->regions().live() == 0);
   // Later sends from the buffer go through the mirror.
-  const auto zc = pair.tx.sent().zero_copy_writes;
-  pair.tx.post(header(2, buf.size()), buf.data(), buf.size());
-  CHECK(read_one(pair.rx, pair.tx, sent.size()) == sent);
-  CHECK(pair.tx.sent().zero_copy_writes == zc);
+  const auto zc = pair.l0.sent().zero_copy_writes;
+  pair.l0.post(header_for(2, buf.size()), buf.data(), buf.size());
+  CHECK(read_one(pair.l1, pair.l0, sent.size()) == sent);
+  CHECK(pair.l0.sent().zero_copy_writes == zc);
 }
 
 TEST_CASE("register_memory: memory freed and mapped again at the same address is sent as it is now, not from the old pages") {
-  linked_pair pair(256 << 10);
+  verbs_pair pair(256 << 10);
   const std::size_t len = 512 << 10;
   void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(m != MAP_FAILED);
   auto b = std::span<std::byte>(static_cast<std::byte*>(m), len);
   fill(b, 5);
   {
-    auto reg = pair.tx.register_memory(b);
-    pair.tx.post(header(1, len), b.data(), len);
+    auto reg = pair.l0.register_memory(b);
+    pair.l0.post(header_for(1, len), b.data(), len);
     std::size_t done = 0;
-    const auto got = read_one(pair.rx, pair.tx, len, &done);
+    const auto got = read_one(pair.l1, pair.l0, len, &done);
     CHECK(std::memcmp(got.data(), b.data(), len) == 0);
-    pump_until(pair.tx, done, 1);
+    pump_until(pair.l0, done, 1);
   }
   CHECK(pair.dev->regions().live() == 0);
   REQUIRE(::munmap(m, len) == 0);
@@ -219,10 +168,10 @@ TEST_CASE("register_memory: memory freed and mapped again at the same address is
   }
   fill(b, 6);
   const std::vector<std::byte> now(b.begin(), b.end());
-  const auto zc = pair.tx.sent().zero_copy_writes;
-  pair.tx.post(header(2, len), b.data(), len);
-  CHECK(read_one(pair.rx, pair.tx, len) == now);
-  CHECK(pair.tx.sent().zero_copy_writes == zc);  // through the mirror: nothing registered it again
+  const auto zc = pair.l0.sent().zero_copy_writes;
+  pair.l0.post(header_for(2, len), b.data(), len);
+  CHECK(read_one(pair.l1, pair.l0, len) == now);
+  CHECK(pair.l0.sent().zero_copy_writes == zc);  // through the mirror: nothing registered it again
   ::munmap(m, len);
 }
 
