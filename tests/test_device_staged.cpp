@@ -527,3 +527,39 @@ TEST_CASE("device gather, scatter, allgatherv, reduce_scatterv, alltoallv throug
             cfg);
       }
 }
+
+// A registration's hold that counts how many live.
+struct counted_hold final : gsync::registration_hold {
+  explicit counted_hold(std::atomic<int>& n) : live(n) { ++live; }
+  ~counted_hold() override { --live; }
+  std::atomic<int>& live;
+};
+
+TEST_CASE("device staging: the mirrors are registered once per allocation, the registrations ending before the memory goes") {
+  fake_cuda_scope fk;
+  std::vector<std::pair<const std::byte*, std::size_t>> made;
+  std::atomic<int> live{0};
+  auto reg = [&](std::byte* p, std::size_t n) {
+    made.emplace_back(p, n);
+    return gsync::memory_registration(std::span<const std::byte>(p, n), {std::make_shared<const counted_hold>(live)});
+  };
+  {
+    gsync::cuda::detail::device_state st(fk.api, 64 << 10, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    st.register_mirrors(reg);
+    REQUIRE(made.size() == 2);  // both mirrors
+    CHECK(made[0].first != made[1].first);
+    CHECK(made[0].second == gsync::cuda::detail::device_state::mirror_capacity(64 << 10));
+    CHECK(live == 2);
+    CHECK(st.mirror_adapters() == 1);
+    st.register_mirrors(reg);  // the same memory: nothing new
+    CHECK(made.size() == 2);
+    st.ensure_capacity(std::size_t{1} << 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    CHECK(live == 0);  // ended with the old memory
+    st.register_mirrors(reg);  // grown: registered again, at the new size
+    REQUIRE(made.size() == 4);
+    CHECK(made[2].second == std::size_t{1} << 20);
+    CHECK(made[3].second == std::size_t{1} << 20);
+    CHECK(live == 2);
+  }
+  CHECK(live == 0);
+}

@@ -343,8 +343,8 @@ TEST_CASE("heartbeat: silence is reported soon after dead_after, not at the hand
 TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried") {
   // The successor's listener takes each connection and closes it at once: the dial fails in its
   // handshake and is tried again every period (heartbeat.ipp, retry_dial) until max(dead_after,
-  // 2 s), which is also when ring() returns; the heartbeat is destroyed then, its retry timer or
-  // a connect pending, without reporting anyone and without waiting for them.
+  // 2 s), while ring() has returned at the first failure; the heartbeat is destroyed meanwhile,
+  // its retry timer or a connect pending, without reporting anyone and without waiting for them.
   const auto listener = loopback_listener(16);
   const int lfd = listener.first;  // not a structured binding: clang 14 cannot capture one
   const std::uint16_t succ_port = listener.second;
@@ -363,16 +363,35 @@ TEST_CASE("heartbeat: destroyed while its dial to the successor is being retried
   news_box box;  // before the heartbeat: its thread reports into it until it is destroyed
   std::chrono::steady_clock::duration destroying{};
   auto hb = std::make_unique<heartbeat>(loopback, 0, 3, 1000ms, no_key, gsync::logger(0));
-  hb->ring("127.0.0.1", succ_port, 9, box.fn());  // returns after 2 s: the dial never got through
+  const auto rung = std::chrono::steady_clock::now();
+  hb->ring("127.0.0.1", succ_port, 9, box.fn());  // returns at the first failure: the retries go on
+  CHECK(std::chrono::steady_clock::now() - rung < 500ms);
+  std::this_thread::sleep_for(1500ms);  // retrying, not given up yet (2 s)
   const auto t = std::chrono::steady_clock::now();
   hb.reset();
   destroying = std::chrono::steady_clock::now() - t;
   done = true;
   successor.join();
   ::close(lfd);
-  CHECK(dials.load() >= 3);  // it did retry (every 100 ms for 2 s)
+  CHECK(dials.load() >= 3);  // it did retry (every 100 ms)
   CHECK(destroying < 1s);
   CHECK(box.size() == 0);  // a refused successor is not a loss
+}
+
+TEST_CASE("heartbeat: ring() to a successor whose listener is gone returns at once, and the refusals are no loss") {
+  // A successor that closed its communicator (count-0 jobs finish within milliseconds of set-up)
+  // refuses the dial: set-up must not wait the retries out (it held such jobs up to 6 s).
+  const auto listener = loopback_listener(1);
+  const std::uint16_t gone_port = listener.second;
+  ::close(listener.first);  // nothing listens there now: connections are refused
+  news_box box;
+  auto hb = std::make_unique<heartbeat>(loopback, 0, 3, 1000ms, no_key, gsync::logger(0));
+  const auto t = std::chrono::steady_clock::now();
+  hb->ring("127.0.0.1", gone_port, 9, box.fn());
+  CHECK(std::chrono::steady_clock::now() - t < 500ms);
+  CHECK_FALSE(box.wait(1, 800ms));  // retried in the background, never reported
+  hb.reset();
+  CHECK(box.size() == 0);
 }
 
 TEST_CASE("heartbeat: idle worlds report nobody, and health() stays ok, for several liveness periods") {

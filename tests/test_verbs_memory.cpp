@@ -15,16 +15,19 @@
 
 #include <gsync/allreduce.hpp>
 #include <gsync/broadcast.hpp>
+#include <gsync/gsync.hpp>
 
 #include "support/allreduce_sweep.hpp"
 #include "support/env.hpp"
 #include "support/failures.hpp"
+#include "support/fake_cuda.hpp"
 #include "support/verbs_pair.hpp"
 #include "support/verbs_world.hpp"
 
 using namespace gsync_test;
 using gsync::transport::frame_header;
 using gsync::transport::verbs_link;
+using gsync_test::fake_cuda_scope;
 
 namespace {
 
@@ -221,4 +224,86 @@ TEST_CASE("register_memory: collectives from registered buffers across hosts are
   auto world = gsync::make_inproc_world(1);
   std::vector<int> v(10);
   CHECK(world[0].register_memory(std::span(v)).adapters() == 0);
+}
+
+// Device buffers through host staging (cuda/staging.hpp), on the host stand-in of the CUDA
+// runtime: the staging mirrors are registered with the adapters when they are made (and again
+// when they grow), so each window's frames to a peer on the other host go from the mirror, not
+// through the link's copy.
+TEST_CASE("device staging: the mirrors are registered, and windows cross hosts from them, exact") {
+  fake_cuda_scope fk(false);
+  gsync::config cfg = test_config();
+  cfg.cuda_staging_bytes = std::size_t{1} << 20;  // several windows, each frame above zero_copy_min
+  const std::size_t count = 1000003;
+  failures fails;
+  std::atomic<int> registered{0};
+  std::atomic<std::uint64_t> from_mirrors{0};
+  run_verbs(4, [&](auto& comm, world_sync&) {
+    const int r = comm.rank();
+    std::vector<float> dev(count), seen;
+    gsync::cuda_stream s = fk.api.create_stream();
+    for (int round = 0; round < 2; ++round) {
+      fk.api.launch(s, [&] {
+        for (std::size_t i = 0; i < count; ++i) dev[i] = static_cast<float>((i * 5 + r * 3 + round) % 2048);
+      });
+      gsync::allreduce(comm, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
+      fk.api.launch(s, [&] { seen = dev; });
+      fk.api.synchronize(s);
+      for (std::size_t i = 0; i < count; ++i) {
+        double want = 0;
+        for (int q = 0; q < comm.size(); ++q) want += static_cast<double>((i * 5 + q * 3 + round) % 2048);
+        if (seen[i] != static_cast<float>(want)) {
+          fails.add("rank " + std::to_string(r) + " round " + std::to_string(round) + " [" + std::to_string(i) + "]");
+          break;
+        }
+      }
+    }
+    fk.api.destroy_stream(s);
+    auto st = gsync::detail::device_state_of(comm);
+    if (st->mirror_adapters() == 1) ++registered;
+    from_mirrors += st->mirror_zero_copy_writes();
+  }, cfg);
+  for (const auto& f : fails.list) FAIL_CHECK(f);
+  CHECK(registered == 4);
+  CHECK(from_mirrors > 0);
+}
+
+// The hierarchical device allreduce on two hosts of two ranks: CUDA IPC inside each host (the
+// stand-in's kernels), verbs across them through the registered staging mirrors.
+TEST_CASE("device staging: the hierarchical device allreduce runs CUDA IPC inside hosts and verbs across them") {
+  fake_cuda_scope fk(true);
+  gsync::config cfg = test_config();
+  cfg.cuda_ipc.slot_bytes = 64 << 10;
+  cfg.cuda_staging_bytes = std::size_t{512} << 10;
+  const std::size_t count = 300007;  // three-level: each rank's part crosses the hosts
+  failures fails;
+  std::atomic<int> across{0};
+  std::atomic<std::uint64_t> from_mirrors{0};
+  run_verbs(4, [&](auto& comm, world_sync&) {
+    const int r = comm.rank();
+    std::vector<float> dev(count), seen;
+    gsync::cuda_stream s = fk.api.create_stream();
+    fk.api.launch(s, [&] {
+      for (std::size_t i = 0; i < count; ++i) dev[i] = static_cast<float>((i * 3 + r) % 4096);
+    });
+    gsync::allreduce(comm, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
+    fk.api.launch(s, [&] { seen = dev; });
+    fk.api.synchronize(s);
+    fk.api.destroy_stream(s);
+    for (std::size_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int q = 0; q < comm.size(); ++q) want += static_cast<double>((i * 3 + q) % 4096);
+      if (seen[i] != static_cast<float>(want)) {
+        fails.add("rank " + std::to_string(r) + " [" + std::to_string(i) + "]");
+        break;
+      }
+    }
+    auto ipc = std::static_pointer_cast<gsync::detail::ipc_state>(comm.ipc_state_slot());
+    if (ipc && ipc->across_hosts) ++across;
+    from_mirrors += gsync::detail::device_state_of(comm)->mirror_zero_copy_writes();
+  }, cfg);
+  for (const auto& f : fails.list) FAIL_CHECK(f);
+  CHECK(across == 4);
+  CHECK(fk.ipc.calls.load() > 0);
+  CHECK(from_mirrors > 0);
 }

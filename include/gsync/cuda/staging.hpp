@@ -43,6 +43,7 @@
 
 #include "gsync/core/concepts.hpp"
 #include "gsync/core/error.hpp"
+#include "gsync/core/memory_registration.hpp"
 #include "gsync/cuda/api.hpp"
 #include "gsync/cuda/gate_watchdog.hpp"
 #include "gsync/cuda/staged_plan.hpp"
@@ -169,6 +170,8 @@ class device_state final : public gate_owner {
   void ensure_capacity(std::size_t bytes, std::chrono::steady_clock::time_point until) {
     if (mirror_[0].bytes >= bytes) return;
     stream_holds::instance().exclusive(device_, until, "device staging (growing the mirrors)", [&] {
+      mirror_regs_.clear();  // before the memory goes
+      registered_for_ = nullptr;
       for (auto& m : mirror_) {
         if (m.p) api_.free_pinned(m.p);
         m = {};
@@ -176,6 +179,26 @@ class device_state final : public gate_owner {
         m.bytes = bytes;
       }
     });
+  }
+
+  /// Registers both mirrors with the transport's RDMA adapters through `reg(p, bytes)` (the
+  /// communicator's register_memory), unless they are registered at their present addresses
+  /// (caller thread, no operation of this state running): sends of a window to RDMA peers then
+  /// read the mirror without a copy. The registrations end before the mirrors are freed.
+  template <class R>
+  void register_mirrors(R&& reg) {
+    if (registered_for_ == mirror_[0].p) return;
+    mirror_regs_.clear();
+    registered_for_ = mirror_[0].p;  // tried once per allocation, whatever the outcome
+    for (auto& m : mirror_) mirror_regs_.push_back(reg(m.p, m.bytes));
+  }
+  /// Adapters the mirrors are registered with (0: none, or no RDMA link), and the writes that read
+  /// them without a copy so far.
+  std::size_t mirror_adapters() const noexcept { return mirror_regs_.empty() ? 0 : mirror_regs_.front().adapters(); }
+  std::uint64_t mirror_zero_copy_writes() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto& r : mirror_regs_) n += r.zero_copy_writes();
+    return n;
   }
 
   /// Set once the communicator's ranks passed the barrier after making these resources (caller
@@ -361,6 +384,7 @@ class device_state final : public gate_owner {
   // Streams first: their queued waits and records refer to the events and the mirrors. Pinned
   // memory is freed only while no stream is held on the device (freeing synchronises it).
   void release_resources() noexcept {
+    mirror_regs_.clear();  // before the memory goes (a write still reading it holds its own)
     if (d2h_) api_.destroy_stream(d2h_);
     if (h2d_) api_.destroy_stream(h2d_);
     for (event_handle e : all_events_) api_.destroy_event(e);
@@ -393,6 +417,9 @@ class device_state final : public gate_owner {
   std::vector<std::pair<cuda_stream, event_handle>> after_;
   // engine thread only:
   mirror mirror_[2];
+  // caller thread, between operations:
+  std::vector<memory_registration> mirror_regs_;
+  const std::byte* registered_for_ = nullptr;  // mirror_[0].p when mirror_regs_ was made
   std::vector<piece> in_pieces_[2];
   std::vector<event_handle> in_events_[2];
   event_handle out_done_[2] = {nullptr, nullptr};

@@ -41,14 +41,35 @@
 
 namespace gsync::detail {
 
+/// Registers `st`'s mirrors with `comm`'s RDMA adapters where they are not yet (at their
+/// creation, and after they grew): windows then go to peers across hosts without a copy. A
+/// registration refused (RLIMIT_MEMLOCK, say) leaves the copy, with a warning.
+template <class X>
+void register_staging(communicator<X>& comm, cuda::detail::device_state& st) {
+  if constexpr (registering_transport<X>) {
+    st.register_mirrors([&](std::byte* p, std::size_t n) {
+      try {
+        return comm.register_memory(p, n);
+      } catch (const error& e) {
+        comm.log().warn(std::string("device staging: the mirrors stay unregistered, windows are copied to the RDMA links: ") +
+                                             e.what());
+        return memory_registration();
+      }
+    });
+  }
+}
+
 /// The staging resources of `comm`, made on its first device operation (on the caller's current
 /// device, through the installed CUDA runtime; pools sized up front, cuda/staging.hpp).
 template <class X>
 std::shared_ptr<cuda::detail::device_state> device_state_of(communicator<X>& comm) {
   auto& slot = comm.device_state_slot();
-  if (!slot)
-    slot = std::make_shared<cuda::detail::device_state>(cuda::current_runtime_api(), comm.settings().cuda_staging_bytes,
-                                                        std::chrono::steady_clock::now() + comm.issue_timeout());
+  if (!slot) {
+    auto st = std::make_shared<cuda::detail::device_state>(cuda::current_runtime_api(), comm.settings().cuda_staging_bytes,
+                                                           std::chrono::steady_clock::now() + comm.issue_timeout());
+    register_staging(comm, *st);  // here, before any job of the caller's operation is queued
+    slot = st;
+  }
   return std::static_pointer_cast<cuda::detail::device_state>(slot);
 }
 
@@ -142,6 +163,7 @@ request staged_launch(communicator<X>& comm, const char* kind, cuda_stream s, co
                                             ": the stream is being captured into a CUDA graph; device collectives through host "
                                             "staging cannot be captured (run them outside the capture)");
   st->ensure_capacity(plan.mirror_bytes(), std::chrono::steady_clock::now() + comm.issue_timeout());
+  register_staging(comm, *st);
   auto run_window = number();
   if (plan.windows == 0) return {};  // nothing to move (numbered as the host path numbers it)
   const std::chrono::milliseconds limit = comm.issue_timeout();

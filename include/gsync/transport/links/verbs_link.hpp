@@ -21,6 +21,7 @@
 /// Set-up (device, queue pair, the exchange through the store): verbs_endpoint.hpp.
 
 #include "gsync/verbs/resources.hpp"
+#include "gsync/verbs/ring_reader.hpp"
 
 #if GSYNC_HAVE_VERBS
 #include <arpa/inet.h>
@@ -67,7 +68,7 @@ class verbs_link {
   /// The link shares the device (it is closed after its last link).
   void open(std::shared_ptr<const verbs::device> d, const verbs::qp_settings& s, std::size_t ring_bytes) {
     qp_ = verbs::queue_pair(*d, s);
-    ring_ = verbs::registered(*d, ring_bytes, /*remote_write=*/true);
+    ring_ = verbs::ring_reader(*d, ring_bytes);
     mirror_ = verbs::registered(*d, ring_bytes, /*remote_write=*/false);
     lib_ = &d->lib();
     port_ = d->port().name();
@@ -78,8 +79,8 @@ class verbs_link {
   /// This side's address for the peer (queue pair, ring, receive depth).
   verbs::qp_address address(std::uint32_t psn) const {
     verbs::qp_address a = qp_.address(psn);
-    a.ring_addr = ring_.addr();
-    a.ring_rkey = ring_.rkey();
+    a.ring_addr = ring_.memory().addr();
+    a.ring_rkey = ring_.memory().rkey();
     a.ring_bytes = static_cast<std::uint32_t>(ring_.size());
     return a;
   }
@@ -178,14 +179,14 @@ class verbs_link {
   link_io try_header(frame_header& h, std::byte* dst, std::size_t n) {
     link_io io;
     poll();
-    if (arrived_ - read_ < sizeof h && (!arm_if_idle() || arrived_ - read_ < sizeof h)) {
+    if (ring_.ready() < sizeof h && (!arm_if_idle() || ring_.ready() < sizeof h)) {
       if (!why_.empty()) return lost(io);
       return io;
     }
-    copy_out(reinterpret_cast<std::byte*>(&h), sizeof h);
+    ring_.copy_out(reinterpret_cast<std::byte*>(&h), sizeof h);
     io.done = true;
-    const std::size_t k = std::min<std::size_t>({n, static_cast<std::size_t>(arrived_ - read_), static_cast<std::size_t>(h.bytes)});
-    if (k) copy_out(dst, k);
+    const std::size_t k = std::min<std::size_t>({n, ring_.ready(), static_cast<std::size_t>(h.bytes)});
+    if (k) ring_.copy_out(dst, k);
     io.bytes = k;
     return io;
   }
@@ -196,7 +197,7 @@ class verbs_link {
     if (want == 0) return io;
     poll();
     const auto available = [&] {
-      std::size_t a = std::min<std::size_t>(want, static_cast<std::size_t>(arrived_ - read_));
+      const std::size_t a = std::min(want, ring_.ready());
       return consume ? a - a % std::max<std::size_t>(align, 1) : a;
     };
     std::size_t avail = available();
@@ -205,39 +206,22 @@ class verbs_link {
       if (!why_.empty()) return lost(io);
       return io;
     }
-    if (!consume) {
-      copy_out(dst, avail);
-    } else {
-      std::size_t left = avail;
-      while (left) {
-        const std::size_t at = static_cast<std::size_t>(read_ % ring_.size());
-        const std::size_t run = std::min(left, ring_.size() - at);
-        const std::size_t whole = run - run % align;
-        if (whole) {
-          (*consume)(std::span<const std::byte>(ring_.data() + at, whole));
-          read_ += whole, left -= whole;
-        } else {  // an element across the ring's end (align > 16): through a bounce buffer
-          std::byte b[256];
-          copy_out(b, align);
-          (*consume)(std::span<const std::byte>(b, align));
-          left -= align;
-        }
-      }
-    }
+    if (!consume) ring_.copy_out(dst, avail);
+    else ring_.consume(avail, align, *consume);
     io.bytes = avail;
     return io;
   }
   /// Ends a frame: skips to the next 64-byte boundary and tells the peer what it freed when due.
   void end_read() {
-    read_ = (read_ + 63) & ~std::uint64_t{63};
+    ring_.end_frame();
     notice_if_due();
   }
   /// Copies the next frame's header when it has arrived whole, without taking it.
   bool peek_header(frame_header& h) const {
     auto& self = *const_cast<verbs_link*>(this);  // taking completions changes no frame
     self.poll();
-    if (arrived_ - read_ < sizeof h && (!self.arm_if_idle() || arrived_ - read_ < sizeof h)) return false;
-    copy_at(read_, reinterpret_cast<std::byte*>(&h), sizeof h);
+    if (ring_.ready() < sizeof h && (!self.arm_if_idle() || ring_.ready() < sizeof h)) return false;
+    ring_.copy_at(ring_.read(), reinterpret_cast<std::byte*>(&h), sizeof h);
     return true;
   }
   /// True once the queue pair failed (a completion in error, a fatal event).
@@ -261,7 +245,7 @@ class verbs_link {
     qp_ = verbs::queue_pair{};
     written_.clear();  // the user buffers' registrations end after the queue pair that read them
     cur_region_.reset();
-    ring_ = verbs::registered{};
+    ring_ = verbs::ring_reader{};
     mirror_ = verbs::registered{};
     peer_ring_ = 0;
     dev_.reset();
@@ -408,8 +392,8 @@ class verbs_link {
   void notice_if_due() {
     if (!why_.empty() || !connected()) return;
     for (;;) {  // more than one notice holds, when more was freed than one says
-      const std::uint64_t freed = read_ - noticed_read_, reposts = reposted_ - noticed_reposts_;
-      const bool due = freed >= ring_.size() / 4 || (read_ == arrived_ && freed > 0) ||
+      const std::uint64_t freed = ring_.read() - noticed_read_, reposts = reposted_ - noticed_reposts_;
+      const bool due = freed >= ring_.size() / 4 || (ring_.ready() == 0 && freed > 0) ||
                        reposts >= static_cast<std::uint64_t>(qp_.settings().recv_depth) / 4;
       if (!due || !imm_budget(1) || !send_budget(1)) return;
       const std::uint64_t bytes = std::min<std::uint64_t>(freed, (std::uint64_t{1} << (31 - repost_bits)) - 1);
@@ -462,7 +446,7 @@ class verbs_link {
         freed_ += (imm & ~notice_bit) >> repost_bits;
         peer_reposted_ += imm & ((1u << repost_bits) - 1);
       } else {
-        arrived_ += imm;
+        ring_.arrived(imm);
       }
       post_recv();
     } else if (wc.opcode == IBV_WC_RDMA_WRITE) {
@@ -500,18 +484,6 @@ class verbs_link {
     if (std::string t = dev_->failed(qp_.qpn()); !t.empty()) fail(t + " (link to rank " + std::to_string(peer_rank_) + ")");
   }
 
-  // Copies `n` bytes from the ring at the read position (across its end) and advances it.
-  void copy_out(std::byte* dst, std::size_t n) {
-    copy_at(read_, dst, n);
-    read_ += n;
-  }
-  void copy_at(std::uint64_t pos, std::byte* dst, std::size_t n) const {
-    const std::size_t at = static_cast<std::size_t>(pos % ring_.size());
-    const std::size_t first = std::min(n, ring_.size() - at);
-    std::memcpy(dst, ring_.data() + at, first);
-    if (first < n) std::memcpy(dst + first, ring_.data(), n - first);
-  }
-
   void fail(std::string why) {
     if (why_.empty()) why_ = "verbs: " + std::move(why);
   }
@@ -530,7 +502,7 @@ class verbs_link {
   const verbs::library* lib_ = nullptr;
   std::string port_;           // "mlx5_0:1", for messages
   verbs::queue_pair qp_;
-  verbs::registered ring_;     // the peer writes here
+  verbs::ring_reader ring_;    // the peer writes here
   verbs::registered mirror_;   // what this side writes into the peer's ring, staged
   std::uint64_t peer_ring_ = 0;
   std::uint32_t peer_rkey_ = 0;
@@ -539,8 +511,8 @@ class verbs_link {
   // Sending: ring bytes written (`sent_`) and freed by the peer; writes with immediate posted and
   // receives the peer has posted again; send requests posted and completed.
   std::uint64_t sent_ = 0, freed_ = 0, imm_posted_ = 0, peer_reposted_ = 0, send_posted_ = 0, send_done_ = 0;
-  // Receiving: ring bytes arrived and read; receives posted again; what the last notice covered.
-  std::uint64_t arrived_ = 0, read_ = 0, reposted_ = 0, noticed_read_ = 0, noticed_reposts_ = 0;
+  // Receiving: receives posted again; what the last notice covered.
+  std::uint64_t reposted_ = 0, noticed_read_ = 0, noticed_reposts_ = 0;
   std::uint64_t data_writes_ = 0, notices_ = 0, zero_copy_writes_ = 0;
   // Frames at the front of `q` wholly written; a zero-copy one is popped once its last write (a
   // signaled request) has completed, and keeps its buffer's registration until then.

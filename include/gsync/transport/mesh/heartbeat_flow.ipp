@@ -64,6 +64,9 @@ inline void heartbeat::drop(conn& c) {
 inline void heartbeat::finish(conn& c) {
   if (c.closed) return;
   if (c.role == conn::dialing && !known_.count(c.peer)) {
+    // A successor that closed its communicator refuses (or drops the handshake) until
+    // dial_give_up_: ring() returns now, not after the retries, which go on meanwhile.
+    settle_dial();
     dialed_ = false;
     retry_dial(clock::now() + period_);
   }
