@@ -42,17 +42,20 @@
 namespace gsync::detail {
 
 /// Registers `st`'s mirrors with `comm`'s RDMA adapters where they are not yet (at their
-/// creation, and after they grew): windows then go to peers across hosts without a copy. A
-/// registration refused (RLIMIT_MEMLOCK, say) leaves the copy, with a warning.
+/// creation, and after they grew): windows then go to peers across hosts without a copy. Through
+/// the transport, not communicator::register_memory: that waits for the operations queued before
+/// (which may need this rank's next call on another communicator). A registration refused
+/// (RLIMIT_MEMLOCK, say) leaves the copy, with a warning; a broken transport is the next
+/// operation's to report.
 template <class X>
 void register_staging(communicator<X>& comm, cuda::detail::device_state& st) {
   if constexpr (registering_transport<X>) {
     st.register_mirrors([&](std::byte* p, std::size_t n) {
       try {
-        return comm.register_memory(p, n);
+        return comm.transport().register_memory(std::span<const std::byte>(p, n));
       } catch (const error& e) {
-        comm.log().warn(std::string("device staging: the mirrors stay unregistered, windows are copied to the RDMA links: ") +
-                                             e.what());
+        if (e.kind() == errc::system)
+          comm.log().warn(std::string("device staging: the mirrors stay unregistered, windows are copied to the RDMA links: ") + e.what());
         return memory_registration();
       }
     });

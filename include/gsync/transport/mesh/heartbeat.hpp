@@ -115,8 +115,10 @@ class heartbeat {
   /// Set-up has ended: watch the ring of this job. `succ_addr:succ_port` is the successor's
   /// heartbeat listener (from its record; port 0: it has none, and it is not dialed); `nonce`
   /// the job's; `on_news` must not block or throw. Returns once the connection to the successor
-  /// is made (its thread answers from its set-up on: a round trip), or at most `dead_after`
-  /// (at least 2 s) later, so that a rank that leaves at once is watched all the same.
+  /// is made (its thread answers from its set-up on: a round trip), so that a rank that leaves at
+  /// once is watched all the same; or once a dial failed (the successor's listener is gone: it
+  /// has closed its communicator), the retries going on until `dead_after` (at least 2 s); or
+  /// at most that long after a dial that hangs.
   void ring(const std::string& succ_addr, std::uint16_t succ_port, std::uint64_t nonce, news_fn on_news);
 
   /// How often a beat goes, and after how long a silence a neighbour counts as stopped.

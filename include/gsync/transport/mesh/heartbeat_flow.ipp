@@ -63,12 +63,14 @@ inline void heartbeat::drop(conn& c) {
 // key) is tried again, unless the successor was reported lost.
 inline void heartbeat::finish(conn& c) {
   if (c.closed) return;
-  if (c.role == conn::dialing && !known_.count(c.peer)) {
+  if (c.role == conn::dialing) {
     // A successor that closed its communicator refuses (or drops the handshake) until
     // dial_give_up_: ring() returns now, not after the retries, which go on meanwhile.
     settle_dial();
-    dialed_ = false;
-    retry_dial(clock::now() + period_);
+    if (!known_.count(c.peer)) {
+      dialed_ = false;
+      retry_dial(clock::now() + period_);
+    }
   }
   drop(c);
 }
