@@ -53,6 +53,30 @@ std::vector<std::byte> read_one(verbs_link& rx, verbs_link& tx, std::size_t n, s
   return got;
 }
 
+// On the CUDA stand-in: fills `count` floats of device memory with value(i, rank) on stream `s`,
+// allreduces them (sum) as a device buffer, reads them back after the stream's work, and adds the
+// first element that differs from the sum over the ranks to `fails` (naming `what`).
+template <class C, class V>
+void device_sum_checked(gsync_test::fake_cuda& api, C& comm, gsync::cuda_stream s, std::size_t count, V value, failures& fails,
+                        const std::string& what) {
+  const int r = comm.rank();
+  std::vector<float> dev(count), seen;
+  api.launch(s, [&] {
+    for (std::size_t i = 0; i < count; ++i) dev[i] = value(i, r);
+  });
+  gsync::allreduce(comm, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
+  api.launch(s, [&] { seen = dev; });
+  api.synchronize(s);
+  for (std::size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int q = 0; q < comm.size(); ++q) want += static_cast<double>(value(i, q));
+    if (seen[i] != static_cast<float>(want)) {
+      fails.add("rank " + std::to_string(r) + " " + what + " [" + std::to_string(i) + "]");
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("register_memory: a registered payload goes without a copy, larger than the ring, and exact") {
@@ -231,7 +255,7 @@ TEST_CASE("register_memory: collectives from registered buffers across hosts are
 // when they grow), so each window's frames to a peer on the other host go from the mirror, not
 // through the link's copy.
 TEST_CASE("device staging: the mirrors are registered, and windows cross hosts from them, exact") {
-  fake_cuda_scope fk(false);
+  fake_cuda_scope fk;
   gsync::config cfg = test_config();
   cfg.cuda_staging_bytes = std::size_t{1} << 20;  // several windows, each frame above zero_copy_min
   const std::size_t count = 1000003;
@@ -239,25 +263,11 @@ TEST_CASE("device staging: the mirrors are registered, and windows cross hosts f
   std::atomic<int> registered{0};
   std::atomic<std::uint64_t> from_mirrors{0};
   run_verbs(4, [&](auto& comm, world_sync&) {
-    const int r = comm.rank();
-    std::vector<float> dev(count), seen;
     gsync::cuda_stream s = fk.api.create_stream();
-    for (int round = 0; round < 2; ++round) {
-      fk.api.launch(s, [&] {
-        for (std::size_t i = 0; i < count; ++i) dev[i] = static_cast<float>((i * 5 + r * 3 + round) % 2048);
-      });
-      gsync::allreduce(comm, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
-      fk.api.launch(s, [&] { seen = dev; });
-      fk.api.synchronize(s);
-      for (std::size_t i = 0; i < count; ++i) {
-        double want = 0;
-        for (int q = 0; q < comm.size(); ++q) want += static_cast<double>((i * 5 + q * 3 + round) % 2048);
-        if (seen[i] != static_cast<float>(want)) {
-          fails.add("rank " + std::to_string(r) + " round " + std::to_string(round) + " [" + std::to_string(i) + "]");
-          break;
-        }
-      }
-    }
+    for (std::size_t round = 0; round < 2; ++round)
+      device_sum_checked(fk.api, comm, s, count,
+                         [round](std::size_t i, int r) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3 + round) % 2048); },
+                         fails, "round " + std::to_string(round));
     fk.api.destroy_stream(s);
     auto st = gsync::detail::device_state_of(comm);
     if (st->mirror_adapters() == 1) ++registered;
@@ -280,24 +290,11 @@ TEST_CASE("device staging: the hierarchical device allreduce runs CUDA IPC insid
   std::atomic<int> across{0};
   std::atomic<std::uint64_t> from_mirrors{0};
   run_verbs(4, [&](auto& comm, world_sync&) {
-    const int r = comm.rank();
-    std::vector<float> dev(count), seen;
     gsync::cuda_stream s = fk.api.create_stream();
-    fk.api.launch(s, [&] {
-      for (std::size_t i = 0; i < count; ++i) dev[i] = static_cast<float>((i * 3 + r) % 4096);
-    });
-    gsync::allreduce(comm, gsync::device_span<float>{dev.data(), count}, gsync::op::sum{}, s);
-    fk.api.launch(s, [&] { seen = dev; });
-    fk.api.synchronize(s);
+    device_sum_checked(fk.api, comm, s, count,
+                       [](std::size_t i, int r) { return static_cast<float>((i * 3 + static_cast<std::size_t>(r)) % 4096); }, fails,
+                       "hierarchical");
     fk.api.destroy_stream(s);
-    for (std::size_t i = 0; i < count; ++i) {
-      double want = 0;
-      for (int q = 0; q < comm.size(); ++q) want += static_cast<double>((i * 3 + q) % 4096);
-      if (seen[i] != static_cast<float>(want)) {
-        fails.add("rank " + std::to_string(r) + " [" + std::to_string(i) + "]");
-        break;
-      }
-    }
     auto ipc = std::static_pointer_cast<gsync::detail::ipc_state>(comm.ipc_state_slot());
     if (ipc && ipc->across_hosts) ++across;
     from_mirrors += gsync::detail::device_state_of(comm)->mirror_zero_copy_writes();
